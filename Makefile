@@ -1,0 +1,39 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+OIDC_PROVIDER := tests/oidc_provider
+OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
+SERVER_MARKERS := gunicorn or redis or nginx or oidc
+
+.PHONY: run test test-fast lint format bench clean
+
+$(INSTALLED): requirements.txt requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+# The OpenID Connect provider of the end-to-end tests (skipped, or failed in CI, without npm).
+$(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
+	if command -v npm >/dev/null; then npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund --loglevel=error; fi
+
+run: $(INSTALLED)  ## serve on $$PORT (default 8080) with gunicorn
+	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
+
+test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included
+	$(BIN)/python -m pytest
+
+test-fast: $(INSTALLED)  ## everything but the tests that start real servers
+	$(BIN)/python -m pytest -m "not ($(SERVER_MARKERS))"
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(INSTALLED)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) $(OIDC_PROVIDER)/node_modules .pytest_cache .ruff_cache

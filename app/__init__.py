@@ -1,0 +1,41 @@
+"""Session-less token authentication and role authorization service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from app.cli import register_commands
+from app.config import MAX_BODY_BYTES, Settings
+from app.errors import register_error_handlers
+from app.store import init_store
+from app.views import register_blueprints
+
+
+def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
+    """Build the service from the environment, with optional overrides for tests."""
+    settings = Settings.from_env(overrides)  # raises ConfigError on a bad value
+    app = Flask(__name__, instance_path=settings.instance_path)
+    settings = settings.with_instance_path(app.instance_path)  # resolves store and secret
+    configure(app, settings)
+    init_store(app, settings)
+    register_blueprints(app)
+    register_error_handlers(app)
+    register_commands(app)
+    return app
+
+
+def configure(app: Flask, settings: Settings) -> None:
+    """Apply the settings to Flask, logging and the proxy headers."""
+    app.config.update(SETTINGS=settings, MAX_CONTENT_LENGTH=MAX_BODY_BYTES)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.logger.setLevel(getattr(logging, settings.log_level))
+    if settings.trusted_proxy_hops:
+        hops = settings.trusted_proxy_hops
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops, x_prefix=hops
+        )

@@ -1,0 +1,190 @@
+"""Typed settings read from the environment, validated once at start-up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+#: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
+MIN_SECRET_BYTES = 32
+#: Largest request body the service reads, in bytes (DESIGN.md: 16 KiB).
+MAX_BODY_BYTES = 16 * 1024
+#: Name of the generated secret's file in the instance folder.
+SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
+#: Name of the default SQLite file in the instance folder.
+SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
+
+
+class ConfigError(ValueError):
+    """A setting has a value the service cannot start with."""
+
+
+def _non_empty(name: str, value: str) -> str:
+    if not value:
+        raise ConfigError(f"{name} must not be empty")
+    return value
+
+
+def _int_between(low: int, high: int) -> Callable[[str, str], int]:
+    def parse(name: str, value: str) -> int:
+        try:
+            number = int(value.strip(), 10)
+        except ValueError:
+            raise ConfigError(f"{name} must be a whole number, got {value!r}") from None
+        if not low <= number <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {number}")
+        return number
+
+    return parse
+
+
+def _seconds_between(low: float, high: float) -> Callable[[str, str], float]:
+    def parse(name: str, value: str) -> float:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+        if not low <= number <= high:  # also refuses nan
+            raise ConfigError(f"{name} must be between {low} and {high} seconds, got {value!r}")
+        return number
+
+    return parse
+
+
+def _boolean(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def _log_level(name: str, value: str) -> str:
+    level = value.strip().upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+        raise ConfigError(f"{name} must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    return level
+
+
+def _secret(name: str, value: str) -> str:
+    if len(value.encode()) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"{name} must be at least {MIN_SECRET_BYTES} bytes long; "
+            "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(48))'"
+        )
+    return value
+
+
+def _cookie_name(name: str, value: str) -> str:
+    # RFC 6265 token: visible ASCII except separators
+    if not value or any(
+        not 33 <= ord(char) <= 126 or char in '()<>@,;:\\"/[]?={}' for char in value
+    ):
+        raise ConfigError(f"{name} must be a cookie name (letters, digits, !#$%&'*+-.^_`|~)")
+    return value
+
+
+def _absolute_path(name: str, value: str) -> str:
+    return os.path.abspath(_non_empty(name, value))
+
+
+def _setting(env: str, parse: Callable[[str, str], Any], default: Any = None) -> Any:
+    """Declare a dataclass field read from the environment variable ``env``."""
+    return field(default=default, metadata={"env": env, "parse": parse})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the service; one environment variable each (see README)."""
+
+    signing_secret: str | None = _setting("SIGNING_SECRET", _secret)
+    admin_username: str = _setting("ADMIN_USERNAME", _non_empty, "admin")
+    access_token_lifetime: int = _setting("ACCESS_TOKEN_LIFETIME", _int_between(1, 86_400), 60)
+    port: int = _setting("PORT", _int_between(1, 65_535), 8080)
+    token_store_url: str | None = _setting("TOKEN_STORE_URL", _non_empty)
+    instance_path: str | None = _setting("INSTANCE_PATH", _absolute_path)
+    trusted_proxy_hops: int = _setting("TRUSTED_PROXY_HOPS", _int_between(0, 10), 0)
+    log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
+    web_concurrency: int | None = _setting("WEB_CONCURRENCY", _int_between(1, 64))
+    store_timeout: float = _setting("TOKEN_STORE_TIMEOUT", _seconds_between(0.05, 60), 2.0)
+    auth_cookie_name: str = _setting("AUTH_COOKIE_NAME", _cookie_name, "jwt")
+    auth_cookie_secure: bool = _setting("AUTH_COOKIE_SECURE", _boolean, True)
+    cookie_token_lifetime: int = _setting(
+        "COOKIE_TOKEN_LIFETIME", _int_between(60, 2_592_000), 3600
+    )
+
+    @classmethod
+    def from_env(cls, overrides: Mapping[str, Any] | None = None) -> Settings:
+        """Read the settings from the environment, then ``overrides`` (keyed by variable name)."""
+        source: dict[str, Any] = dict(os.environ)
+        source.update(overrides or {})
+        known = {setting.metadata["env"] for setting in fields(cls)}
+        unknown = {key for key in (overrides or {}) if key not in known}
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        values: dict[str, Any] = {}
+        for setting in fields(cls):
+            env = setting.metadata["env"]
+            raw = source.get(env)
+            if raw is not None:
+                values[setting.name] = setting.metadata["parse"](env, str(raw))
+        settings = cls(**values)
+        settings.validate_store_url()
+        return settings
+
+    def validate_store_url(self) -> None:
+        """Refuse a TOKEN_STORE_URL whose scheme no store backend handles."""
+        url = self.token_store_url
+        if url is None:
+            return
+        if url.startswith("sqlite:///"):
+            if url[len("sqlite:///") :] in {"", ":memory:"}:
+                raise ConfigError("TOKEN_STORE_URL needs a file path: sqlite:///<path>")
+            return
+        if url.startswith(("redis://", "rediss://", "unix://")):
+            return
+        raise ConfigError(
+            "TOKEN_STORE_URL must start with sqlite:///, redis://, rediss:// or unix://"
+        )
+
+    def with_instance_path(self, instance_path: str) -> Settings:
+        """Return a copy whose instance folder, store and secret are resolved."""
+        store_url = self.token_store_url or "sqlite:///" + os.path.join(
+            instance_path, SQLITE_FILE_NAME
+        )
+        secret = self.signing_secret or load_or_create_secret(instance_path)
+        return replace(
+            self, instance_path=instance_path, token_store_url=store_url, signing_secret=secret
+        )
+
+
+def load_or_create_secret(instance_path: str) -> str:
+    """Return the secret kept in the instance folder, creating it once if it is missing.
+
+    Workers that start at the same moment race here: each writes a complete
+    candidate to a private temporary file and tries to hard-link it into place.
+    ``link`` fails if the name exists, so exactly one candidate wins and every
+    worker reads that one; no reader ever sees a half-written file.
+    """
+    os.makedirs(instance_path, mode=0o700, exist_ok=True)
+    path = os.path.join(instance_path, SECRET_FILE_NAME)
+    if not os.path.exists(path):
+        candidate = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+        descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_urlsafe(48) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            with contextlib.suppress(FileExistsError):  # another worker won: use its secret
+                os.link(candidate, path)
+        finally:
+            os.unlink(candidate)
+    with open(path, encoding="utf-8") as handle:
+        secret = handle.read().strip()
+    return _secret(f"the secret in {path}", secret)

@@ -1,0 +1,42 @@
+"""Refresh-token stores: pick one by TOKEN_STORE_URL and reach it through the app."""
+
+from __future__ import annotations
+
+from flask import Flask, current_app
+
+from app.config import Settings
+from app.store.base import RefreshTokenStore, StoreUnavailableError, TokenRecord, token_digest
+
+__all__ = [
+    "RefreshTokenStore",
+    "StoreUnavailableError",
+    "TokenRecord",
+    "get_store",
+    "init_store",
+    "open_store",
+    "token_digest",
+]
+
+EXTENSION_KEY = "token_store"
+
+
+def open_store(url: str, timeout: float) -> RefreshTokenStore:
+    """Return the store backend that ``url`` names (validated by Settings)."""
+    if url.startswith("sqlite:///"):
+        from app.store.sqlite import SQLiteTokenStore
+
+        return SQLiteTokenStore(url[len("sqlite:///") :], timeout)
+    from app.store.redis import RedisTokenStore
+
+    return RedisTokenStore(url, timeout)
+
+
+def init_store(app: Flask, settings: Settings) -> None:
+    """Attach the store named by the settings to ``app``; connections open on first use."""
+    assert settings.token_store_url is not None
+    app.extensions[EXTENSION_KEY] = open_store(settings.token_store_url, settings.store_timeout)
+
+
+def get_store() -> RefreshTokenStore:
+    """Return the current app's refresh-token store."""
+    return current_app.extensions[EXTENSION_KEY]

@@ -1,0 +1,99 @@
+"""Access tokens, cookie tokens and refresh tokens: how they are made and checked."""
+
+from __future__ import annotations
+
+import secrets
+import string
+import time
+from typing import Any
+
+import jwt
+
+ALGORITHM = "HS256"
+ROLES = ("admin", "user")
+REFRESH_TOKEN_LENGTH = 42
+REFRESH_TOKEN_ALPHABET = string.ascii_letters + string.digits
+#: Longest username accepted at login and in a token, in characters.
+MAX_USERNAME_LENGTH = 256
+#: A JWT longer than this is refused before any parsing.
+MAX_TOKEN_LENGTH = 4096
+
+ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
+
+
+class InvalidTokenError(Exception):
+    """A token is missing, malformed, wrongly signed, expired or lacks a claim."""
+
+
+def role_for(username: str, admin_username: str) -> str:
+    """Return the role of ``username``: ``admin`` for the configured admin, else ``user``."""
+    return "admin" if username == admin_username else "user"
+
+
+def issue_access_token(
+    username: str, role: str, secret: str, lifetime: int, now: int | None = None
+) -> str:
+    """Return a signed access token for ``username`` that expires ``lifetime`` seconds from now."""
+    issued_at = int(time.time()) if now is None else now
+    claims = {"username": username, "role": role, "iat": issued_at, "exp": issued_at + lifetime}
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def verify_access_token(token: str, secret: str) -> dict[str, Any]:
+    """Return the claims of a valid access token, or raise InvalidTokenError."""
+    claims = _decode(token, secret, required=ACCESS_TOKEN_CLAIMS)
+    username, role = claims["username"], claims["role"]
+    if not isinstance(username, str) or not 0 < len(username) <= MAX_USERNAME_LENGTH:
+        raise InvalidTokenError("username claim must be a non-empty string")
+    if role not in ROLES:
+        raise InvalidTokenError("role claim must be admin or user")
+    if not (_is_integer(claims["iat"]) and _is_integer(claims["exp"])):
+        raise InvalidTokenError("iat and exp claims must be integers")
+    return {name: claims[name] for name in ACCESS_TOKEN_CLAIMS}
+
+
+def issue_cookie_token(user: dict[str, str], secret: str, lifetime: int) -> str:
+    """Return a signed cookie token naming the third-party ``user`` as its ``sub`` object."""
+    return jwt.encode({"sub": user, "exp": int(time.time()) + lifetime}, secret, ALGORITHM)
+
+
+def verify_cookie_token(token: str, secret: str) -> dict[str, Any]:
+    """Return the ``sub`` object of a valid cookie token, or raise InvalidTokenError."""
+    # PyJWT 2.10 started to insist that ``sub`` is a string (RFC 7519); this token's
+    # ``sub`` is an object by contract, so that one check is off here and nowhere else.
+    # Signature, algorithm and expiry are still verified, and the type is checked below.
+    claims = _decode(token, secret, required=("sub", "exp"), verify_sub=False)
+    user = claims["sub"]
+    if not isinstance(user, dict):
+        raise InvalidTokenError("sub claim must be an object")
+    if not isinstance(claims["exp"], (int, float)) or isinstance(claims["exp"], bool):
+        raise InvalidTokenError("exp claim must be a number")
+    return user
+
+
+def new_refresh_token() -> str:
+    """Return a fresh refresh token: 42 random letters and digits (about 250 bits)."""
+    return "".join(secrets.choice(REFRESH_TOKEN_ALPHABET) for _ in range(REFRESH_TOKEN_LENGTH))
+
+
+def _decode(
+    token: str, secret: str, *, required: tuple[str, ...], verify_sub: bool = True
+) -> dict[str, Any]:
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidTokenError("token is too long")
+    try:
+        # The algorithm is pinned: a token naming any other, "none" included, fails.
+        # No leeway: a token is expired from the second its exp names.
+        return jwt.decode(
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            options={"require": list(required), "verify_sub": verify_sub},
+            leeway=0,
+        )
+    except jwt.InvalidTokenError as error:
+        raise InvalidTokenError(str(error)) from None
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,14 @@
+"""The service's blueprints."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+
+def register_blueprints(app: Flask) -> None:
+    """Mount every blueprint on ``app``."""
+    from app.views import auth, ops, resources
+
+    app.register_blueprint(auth.bp)
+    app.register_blueprint(resources.bp)
+    app.register_blueprint(ops.bp)

@@ -1,0 +1,65 @@
+"""Login, access-token refresh and refresh-token revocation."""
+
+from __future__ import annotations
+
+import hmac
+
+from flask import Blueprint, Response, current_app, jsonify
+from werkzeug.exceptions import Unauthorized
+
+from app.request_body import optional_string, read_fields, required_string
+from app.store import get_store, token_digest
+from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
+
+bp = Blueprint("auth", __name__)
+
+
+@bp.post("/login")
+def login() -> Response:
+    """Issue an access token and a refresh token; the password is not checked."""
+    fields = read_fields()
+    username = required_string(fields, "username", MAX_USERNAME_LENGTH)
+    optional_string(fields, "password")
+    refresh_token = new_refresh_token()
+    get_store().issue(refresh_token, username)
+    role = _role(username)
+    current_app.logger.info("login: username=%r role=%s", username, role)
+    return jsonify(accessToken=_access_token(username, role), refreshToken=refresh_token)
+
+
+@bp.post("/token")
+def refresh() -> Response:
+    """Issue a new access token for a refresh token recorded for exactly that username."""
+    fields = read_fields()
+    username = required_string(fields, "username", MAX_USERNAME_LENGTH)
+    refresh_token = required_string(fields, "refreshToken")
+    owner = get_store().owner_of(refresh_token)
+    if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
+        current_app.logger.info(
+            "refresh refused: username=%r reason=%s",
+            username,
+            "unknown token" if owner is None else "token of another user",
+        )
+        raise Unauthorized()
+    return jsonify(accessToken=_access_token(username, _role(username)))
+
+
+@bp.delete("/token/<refresh_token>")
+def revoke(refresh_token: str) -> Response:
+    """Forget a refresh token; unknown tokens are ignored. Always 204."""
+    known = get_store().revoke(refresh_token)
+    current_app.logger.info("revoke: digest=%s known=%s", token_digest(refresh_token)[:12], known)
+    response = Response(status=204)
+    del response.headers["Content-Type"]  # no body, so no media type
+    return response
+
+
+def _role(username: str) -> str:
+    return role_for(username, current_app.config["SETTINGS"].admin_username)
+
+
+def _access_token(username: str, role: str) -> str:
+    settings = current_app.config["SETTINGS"]
+    return issue_access_token(
+        username, role, settings.signing_secret, settings.access_token_lifetime
+    )

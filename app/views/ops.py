@@ -1,0 +1,22 @@
+"""Operator endpoints: liveness and readiness probes."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from app.store import get_store
+
+bp = Blueprint("ops", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    """Answer 200 while the process serves requests."""
+    return jsonify(status="ok")
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    """Answer 200 when the refresh-token store answers, else 503."""
+    get_store().ping()
+    return jsonify(status="ready")

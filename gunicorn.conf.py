@@ -1,0 +1,29 @@
+"""Gunicorn settings: ``gunicorn -c gunicorn.conf.py wsgi:app`` (what ``make run`` does).
+
+The settings are read and checked here, in the master, so a bad value stops
+the service before any worker starts, with one clear line.
+"""
+
+import multiprocessing
+import sys
+
+from app.config import ConfigError, Settings
+
+try:
+    settings = Settings.from_env()
+except ConfigError as error:
+    sys.exit(f"configuration error: {error}")
+
+bind = [f"0.0.0.0:{settings.port}"]
+workers = settings.web_concurrency or min(2 * multiprocessing.cpu_count() + 1, 8)
+worker_class = "sync"  # behind nginx, which buffers slow clients
+timeout = 30
+graceful_timeout = 20
+keepalive = 5
+accesslog = "-"
+errorlog = "-"
+loglevel = settings.log_level.lower()
+logger_class = "app.access_log.RedactingLogger"
+# gunicorn's control socket is one fixed path per user; several instances would clash.
+control_socket_disable = True
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'

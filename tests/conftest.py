@@ -1,0 +1,224 @@
+"""Shared fixtures: the app, its test client, crafted tokens and real servers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+import requests
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app import create_app
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+#: Settings a test may deliberately take from the environment (the store under test).
+KEPT_FROM_ENVIRONMENT = {"TOKEN_STORE_URL"}
+
+
+def require_tool(available: bool, what: str, how: str) -> None:
+    """Skip a test that needs a missing tool on a laptop, but fail it in CI."""
+    if available:
+        return
+    message = f"{what} is not available; install it with: {how}"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the developer's own settings out of the tests."""
+    for setting in fields(Settings):
+        name = setting.metadata["env"]
+        if name not in KEPT_FROM_ENVIRONMENT:
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def signing_secret() -> str:
+    return secrets.token_urlsafe(48)
+
+
+@pytest.fixture
+def instance_path(tmp_path: Path) -> Path:
+    return tmp_path / "instance"
+
+
+@pytest.fixture
+def make_app(signing_secret: str, instance_path: Path) -> Callable[..., Flask]:
+    """Return a factory of apps sharing one secret and instance folder, with overrides."""
+
+    def make(**overrides: Any) -> Flask:
+        settings = {"SIGNING_SECRET": signing_secret, "INSTANCE_PATH": str(instance_path)}
+        settings.update(overrides)
+        return create_app({key: value for key, value in settings.items() if value is not None})
+
+    return make
+
+
+@pytest.fixture
+def app(make_app: Callable[..., Flask]) -> Iterator[Flask]:
+    app = make_app()
+    app.config["TESTING"] = True
+    yield app
+    app.extensions["token_store"].close()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app: Flask):
+    return app.test_cli_runner()
+
+
+def login(client: FlaskClient, username: str = "alice", **kwargs: Any) -> dict[str, str]:
+    """Log ``username`` in with a JSON body and return the two tokens."""
+    response = client.post("/login", json={"username": username, "password": "pw"}, **kwargs)
+    assert response.status_code == 200, response.data
+    return response.get_json()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def make_token(secret: str, claims: dict[str, Any], algorithm: str = "HS256", **headers) -> str:
+    """Sign arbitrary claims, as an attacker holding (or guessing) a key would."""
+    return jwt.encode(claims, secret, algorithm=algorithm, headers=headers or None)
+
+
+def unsigned_token(claims: dict[str, Any]) -> str:
+    """Return an ``alg: none`` token with an empty signature."""
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
+
+
+def valid_claims(**changes: Any) -> dict[str, Any]:
+    now = int(time.time())
+    claims = {"username": "alice", "role": "user", "iat": now, "exp": now + 60}
+    claims.update(changes)
+    return {key: value for key, value in claims.items() if value is not None}
+
+
+# --- real servers -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not ready after {timeout} s")
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    """Stop a process by its PID: TERM, then KILL if it lingers."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+@dataclass
+class Gunicorn:
+    """A real gunicorn serving wsgi:app on a loopback port."""
+
+    env: dict[str, str]
+    workers: int
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20) -> Gunicorn:
+        command = [
+            sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
+            "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers), "wsgi:app",
+        ]  # fmt: skip
+        self.log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        wait_until(self._ready, timeout, f"gunicorn on port {self.port}")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited: {self.log_path.read_text()[-2000:]}")
+        try:
+            return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    def worker_pids(self) -> list[int]:
+        assert self.process is not None
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(pid) for pid in children.read_text().split()]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+            self.log.close()
+
+
+@pytest.fixture
+def gunicorn_server(tmp_path: Path) -> Iterator[Callable[..., Gunicorn]]:
+    """Return a starter of real gunicorn servers; every one is stopped afterwards."""
+    started: list[Gunicorn] = []
+
+    def start(env: dict[str, str] | None = None, workers: int = 3, **kwargs: Any) -> Gunicorn:
+        base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
+        base.update({"INSTANCE_PATH": str(tmp_path / "instance"), "LOG_LEVEL": "WARNING"})
+        if "TOKEN_STORE_URL" in os.environ:
+            base["TOKEN_STORE_URL"] = os.environ["TOKEN_STORE_URL"]
+        base.update(env or {})
+        server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log", **kwargs)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def which(program: str) -> str | None:
+    return shutil.which(program)

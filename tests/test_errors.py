@@ -1,0 +1,138 @@
+"""Bad requests get a clear JSON 4xx (DESIGN.md): never HTML, a stack trace or a 5xx."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+
+from app.config import MAX_BODY_BYTES
+from tests.conftest import bearer, login
+
+
+def assert_json_error(response, status: int, message: str | None = None) -> None:
+    assert response.status_code == status
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert set(body) == {"message"}
+    assert isinstance(body["message"], str)
+    assert body["message"]
+    if message is not None:
+        assert body["message"] == message
+    assert b"<" not in response.data
+    assert b"Traceback" not in response.data
+
+
+@pytest.mark.parametrize("path", ["/", "/nope", "/login/", "/admin", "/api/v2/me", "/%ff"])
+def test_unknown_path_is_404_json(client, path):
+    assert_json_error(client.get(path), 404, "not found")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("get", "/login", {"POST", "OPTIONS"}),
+        ("put", "/login", {"POST", "OPTIONS"}),
+        ("get", "/token", {"POST", "OPTIONS"}),
+        ("post", "/user-accessible", {"GET", "HEAD", "OPTIONS"}),
+        ("delete", "/admin-accessible", {"GET", "HEAD", "OPTIONS"}),
+        ("get", "/restaurant-reservation", {"POST", "OPTIONS"}),
+    ],
+)
+def test_wrong_method_is_405_json_with_allow(client, method, path, allow):
+    response = getattr(client, method)(path)
+    assert_json_error(response, 405, "method not allowed")
+    assert {item.strip() for item in response.headers["Allow"].split(",")} == allow
+
+
+@pytest.mark.parametrize("path", ["/login", "/token"])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("{", "request body is not valid JSON"),
+        ("", "request body is not valid JSON"),
+        ("[]", "request body must be a JSON object"),
+        ('"alice"', "request body must be a JSON object"),
+        ("null", "request body must be a JSON object"),
+        ("42", "request body must be a JSON object"),
+        ('{"username": "a", "username": "b"}', "request body is not valid JSON"),
+        ('{"username": NaN}', "request body is not valid JSON"),
+        ("[" * 5000 + "]" * 5000, "request body is not valid JSON"),
+        (b"\xff\xfe\x00", "request body is not valid JSON"),
+    ],
+)
+def test_broken_json_is_400(client, path, data, message):
+    response = client.post(path, data=data, content_type="application/json")
+    assert_json_error(response, 400, message)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",
+        "application/xml",
+        "multipart/form-data; boundary=x",
+        "application/octet-stream",
+    ],
+)
+def test_other_media_types_with_a_body_are_415(client, content_type):
+    response = client.post("/login", data="username=alice", content_type=content_type)
+    assert_json_error(response, 415)
+
+
+def test_body_without_media_type_is_415(client):
+    response = client.post("/login", data=b'{"username": "alice"}', headers={"Content-Type": ""})
+    assert_json_error(response, 415)
+
+
+def test_json_with_charset_and_suffix_types_are_accepted(client):
+    for content_type in ["application/json; charset=utf-8", "application/vnd.api+json"]:
+        response = client.post("/login", data='{"username": "a"}', content_type=content_type)
+        assert response.status_code == 200, content_type
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_body_over_16_kib_is_413(client, content_type):
+    response = client.post("/login", data="x" * (MAX_BODY_BYTES + 1), content_type=content_type)
+    assert_json_error(response, 413, "request body is larger than 16384 bytes")
+
+
+def test_body_of_16_kib_is_read(client):
+    body = '{"username": "alice", "pad": "' + "x" * (MAX_BODY_BYTES - 32) + '"}'
+    assert len(body) == MAX_BODY_BYTES
+    assert client.post("/login", data=body, content_type="application/json").status_code == 200
+
+
+def test_403_is_json_no_access(client):
+    token = login(client)["accessToken"]
+    response = client.get("/admin-accessible", headers=bearer(token))
+    assert response.status_code == 403
+    assert response.get_json() == {"message": "No access"}
+
+
+def test_unexpected_error_is_500_json_without_trace(app: Flask, caplog):
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("secret internals")
+
+    response = app.test_client().get("/boom")
+    assert_json_error(response, 500, "internal server error")
+    assert b"secret internals" not in response.data
+    assert "secret internals" in caplog.text  # the operator still sees it in the log
+
+
+def test_service_keeps_serving_after_bad_input(client):
+    for junk in ["{", "[]", "x" * 20000]:
+        client.post("/login", data=junk, content_type="application/json")
+    assert client.post("/login", json={"username": "a"}).status_code == 200
+
+
+def test_healthz_and_readyz(client):
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert client.get("/readyz").get_json() == {"status": "ready"}
+
+
+def test_readyz_is_503_when_the_store_is_unreachable(make_app, tmp_path):
+    (tmp_path / "dir.sqlite3").mkdir()
+    client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
+    assert_json_error(client.get("/readyz"), 503)
+    assert client.get("/healthz").status_code == 200

@@ -1,0 +1,126 @@
+"""A real multi-worker gunicorn: any worker honours any other's tokens, across restarts."""
+
+from __future__ import annotations
+
+import json
+import stat
+from concurrent.futures import ThreadPoolExecutor
+
+import jwt
+import pytest
+import requests
+
+pytestmark = pytest.mark.gunicorn
+
+CYCLES = 200
+
+
+def fresh(method: str, url: str, **kwargs) -> requests.Response:
+    """Send one request on a new connection, so gunicorn may pick any worker."""
+    with requests.Session() as session:
+        return session.request(method, url, timeout=10, **kwargs)
+
+
+def login_cycle(url: str, username: str) -> None:
+    """Log in, call a protected endpoint, refresh, revoke, and check every answer."""
+    response = fresh("POST", f"{url}/login", json={"username": username, "password": "pw"})
+    assert response.status_code == 200, response.text
+    tokens = response.json()
+    bearer = {"Authorization": f"Bearer {tokens['accessToken']}"}
+    response = fresh("GET", f"{url}/user-accessible", headers=bearer)
+    assert response.status_code == 200, response.text
+    assert response.json()["user"]["username"] == username
+    body = {"username": username, "refreshToken": tokens["refreshToken"]}
+    response = fresh("POST", f"{url}/token", data=body)
+    assert response.status_code == 200, response.text
+    bearer = {"Authorization": f"Bearer {response.json()['accessToken']}"}
+    response = fresh(
+        "POST", f"{url}/restaurant-reservation", headers=bearer, json={"guestsCount": 3}
+    )
+    assert response.json()["guestsCount"] == 3
+    response = fresh("DELETE", f"{url}/token/{tokens['refreshToken']}")
+    assert response.status_code == 204
+    assert response.content == b""
+    response = fresh("POST", f"{url}/token", json=body)
+    assert response.status_code == 401
+    assert response.text == "Unauthorized"
+
+
+def test_every_worker_honours_every_other_workers_tokens(gunicorn_server, signing_secret):
+    server = gunicorn_server({"SIGNING_SECRET": signing_secret}, workers=4)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda n: login_cycle(server.url, f"user{n}"), range(CYCLES)))
+    assert len(server.worker_pids()) == 4  # no worker died on the way
+
+
+def test_tokens_survive_a_restart_with_the_generated_secret(gunicorn_server, tmp_path):
+    server = gunicorn_server(workers=3)  # no SIGNING_SECRET: generated in the instance folder
+    issued = [
+        fresh("POST", f"{server.url}/login", json={"username": f"u{n}"}).json() for n in range(20)
+    ]
+    server.stop()
+    restarted = gunicorn_server(workers=3)
+    for n, tokens in enumerate(issued):
+        bearer = {"Authorization": f"Bearer {tokens['accessToken']}"}
+        response = fresh("GET", f"{restarted.url}/user-accessible", headers=bearer)
+        assert response.status_code == 200
+        body = {"username": f"u{n}", "refreshToken": tokens["refreshToken"]}
+        assert fresh("POST", f"{restarted.url}/token", json=body).status_code == 200
+
+
+def test_workers_starting_together_agree_on_the_generated_secret(gunicorn_server, tmp_path):
+    server = gunicorn_server(workers=4)
+    secret_file = tmp_path / "instance" / "signing_secret"
+    secret = secret_file.read_text().strip()
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+
+    def login_and_decode(n: int) -> str:
+        token = fresh("POST", f"{server.url}/login", json={"username": f"u{n}"}).json()
+        # every worker signed with the one secret on disk, or this raises
+        return jwt.decode(token["accessToken"], secret, algorithms=["HS256"])["username"]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert sorted(pool.map(login_and_decode, range(80))) == sorted(f"u{n}" for n in range(80))
+    leftovers = [path.name for path in secret_file.parent.iterdir() if path.suffix == ".tmp"]
+    assert leftovers == []
+
+
+def test_access_log_never_shows_a_refresh_token_or_bearer_token(gunicorn_server, tmp_path):
+    server = gunicorn_server(workers=2)
+    tokens = fresh("POST", f"{server.url}/login", json={"username": "logged"}).json()
+    bearer = {"Authorization": f"Bearer {tokens['accessToken']}"}
+    fresh("GET", f"{server.url}/user-accessible", headers=bearer)
+    fresh(
+        "POST",
+        f"{server.url}/token",
+        json={"username": "x", "refreshToken": tokens["refreshToken"]},
+    )
+    assert fresh("DELETE", f"{server.url}/token/{tokens['refreshToken']}").status_code == 204
+    server.stop()
+    log = server.log_path.read_text()
+    assert '"DELETE /token/<redacted> HTTP/1.1" 204' in log
+    assert tokens["refreshToken"] not in log
+    assert tokens["accessToken"] not in log
+
+
+def test_oversized_header_is_a_4xx_not_a_5xx(gunicorn_server):
+    server = gunicorn_server(workers=2)
+    headers = {"Authorization": "Bearer " + "a" * 20000}
+    response = fresh("GET", f"{server.url}/user-accessible", headers=headers)
+    assert 400 <= response.status_code < 500
+
+
+def test_bad_input_over_the_wire_is_json(gunicorn_server):
+    server = gunicorn_server(workers=2)
+    response = fresh(
+        "POST", f"{server.url}/login", data="{", headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert json.loads(response.text) == {"message": "request body is not valid JSON"}
+    response = fresh(
+        "POST",
+        f"{server.url}/login",
+        data="x" * 20000,
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 413

@@ -1,0 +1,165 @@
+"""POST /login: tokens are issued to any username, with the role it derives."""
+
+from __future__ import annotations
+
+import sqlite3
+import string
+import time
+
+import jwt
+import pytest
+
+from app.tokens import REFRESH_TOKEN_LENGTH
+from tests.conftest import bearer, login
+
+
+def decode(token: str, secret: str) -> dict:
+    return jwt.decode(token, secret, algorithms=["HS256"])
+
+
+@pytest.mark.parametrize("body_kind", ["json", "form"])
+def test_login_returns_access_and_refresh_tokens(client, signing_secret, body_kind):
+    fields = {"username": "alice", "password": "anything"}
+    body = {"json": fields} if body_kind == "json" else {"data": fields}
+    before = int(time.time())
+    response = client.post("/login", **body)
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    tokens = response.get_json()
+    assert set(tokens) == {"accessToken", "refreshToken"}
+    claims = decode(tokens["accessToken"], signing_secret)
+    assert set(claims) == {"username", "role", "iat", "exp"}
+    assert claims["username"] == "alice"
+    assert claims["role"] == "user"
+    assert before <= claims["iat"] <= int(time.time())
+    assert claims["exp"] == claims["iat"] + 60
+
+
+def test_access_token_header_names_hs256(client):
+    header = jwt.get_unverified_header(login(client)["accessToken"])
+    assert header["alg"] == "HS256"
+
+
+def test_admin_username_gets_admin_role(client, signing_secret):
+    claims = decode(login(client, "admin")["accessToken"], signing_secret)
+    assert claims["role"] == "admin"
+
+
+@pytest.mark.parametrize("username", ["Admin", "ADMIN", " admin", "admin ", "admin\n", "adm"])
+def test_admin_match_is_exact_and_case_sensitive(client, signing_secret, username):
+    claims = decode(login(client, username)["accessToken"], signing_secret)
+    assert claims["role"] == "user"
+    assert claims["username"] == username  # kept as given, never trimmed
+
+
+def test_admin_username_comes_from_settings(make_app, signing_secret):
+    client = make_app(ADMIN_USERNAME="root").test_client()
+    assert decode(login(client, "root")["accessToken"], signing_secret)["role"] == "admin"
+    assert decode(login(client, "admin")["accessToken"], signing_secret)["role"] == "user"
+
+
+def test_lifetime_comes_from_settings(make_app, signing_secret):
+    client = make_app(ACCESS_TOKEN_LIFETIME="5").test_client()
+    claims = decode(login(client)["accessToken"], signing_secret)
+    assert claims["exp"] - claims["iat"] == 5
+
+
+def test_password_is_not_checked_and_optional(client):
+    assert client.post("/login", json={"username": "a", "password": "x"}).status_code == 200
+    assert client.post("/login", json={"username": "a", "password": ""}).status_code == 200
+    assert client.post("/login", json={"username": "a"}).status_code == 200
+    assert client.post("/login", data={"username": "a"}).status_code == 200
+
+
+def test_refresh_token_is_42_letters_and_digits(client):
+    token = login(client)["refreshToken"]
+    assert len(token) == REFRESH_TOKEN_LENGTH == 42
+    assert set(token) <= set(string.ascii_letters + string.digits)
+
+
+def test_refresh_tokens_are_unique(client):
+    tokens = {login(client)["refreshToken"] for _ in range(50)}
+    assert len(tokens) == 50
+
+
+def test_refresh_token_is_stored_as_digest_not_in_clear(client, app, instance_path):
+    token = login(client, "bob")["refreshToken"]
+    app.extensions["token_store"].close()
+    for path in instance_path.iterdir():
+        assert token.encode() not in path.read_bytes(), path
+    database = sqlite3.connect(instance_path / "refresh_tokens.sqlite3")
+    rows = database.execute("SELECT digest, username FROM refresh_tokens").fetchall()
+    database.close()
+    import hashlib
+
+    assert rows == [(hashlib.sha256(token.encode()).hexdigest(), "bob")]
+
+
+def test_login_needs_no_authentication_and_ignores_a_bad_header(client):
+    response = client.post("/login", json={"username": "a"}, headers=bearer("garbage"))
+    assert response.status_code == 200
+
+
+def test_unicode_username_round_trips(client, signing_secret):
+    tokens = login(client, "Zoë 山田")
+    assert decode(tokens["accessToken"], signing_secret)["username"] == "Zoë 山田"
+    response = client.get("/user-accessible", headers=bearer(tokens["accessToken"]))
+    assert response.get_json()["user"]["username"] == "Zoë 山田"
+
+
+def test_username_of_256_characters_is_accepted(client):
+    assert client.post("/login", json={"username": "x" * 256}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "username is required"),
+        ({"password": "x"}, "username is required"),
+        ({"username": None}, "username is required"),
+        ({"username": ""}, "username must not be empty"),
+        ({"username": 5}, "username must be a string"),
+        ({"username": True}, "username must be a string"),
+        ({"username": ["a"]}, "username must be a string"),
+        ({"username": {"a": 1}}, "username must be a string"),
+        ({"username": "x" * 257}, "username must be at most 256 characters"),
+        ({"username": "\ud800"}, "username must be valid Unicode"),
+        ({"username": "a", "password": 5}, "password must be a string"),
+    ],
+)
+def test_bad_login_fields_are_400_with_a_message(client, body, message):
+    response = client.post("/login", json=body)
+    assert response.status_code == 400
+    assert response.get_json() == {"message": message}
+
+
+def test_missing_form_username_is_400(client):
+    response = client.post("/login", data={"password": "x"})
+    assert response.status_code == 400
+    assert response.get_json() == {"message": "username is required"}
+
+
+def test_repeated_form_field_is_400(client):
+    response = client.post(
+        "/login",
+        data="username=a&username=b",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 400
+    assert response.get_json() == {"message": "username must be given once"}
+
+
+def test_empty_body_is_400_username_required(client):
+    response = client.post("/login")
+    assert response.status_code == 400
+    assert response.get_json() == {"message": "username is required"}
+
+
+def test_login_without_store_write_is_not_a_200(make_app, tmp_path):
+    # a store that cannot be opened answers 503, never a token that was not recorded
+    (tmp_path / "dir.sqlite3").mkdir()
+    client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
+    response = client.post("/login", json={"username": "a"})
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.get_json() == {"message": "token store is unavailable, try again shortly"}

@@ -1,0 +1,101 @@
+"""POST /token: a new access token for a refresh token recorded for exactly that username."""
+
+from __future__ import annotations
+
+import jwt
+import pytest
+
+from tests.conftest import login
+
+
+def assert_unauthorized(response) -> None:
+    assert response.status_code == 401
+    assert response.mimetype == "text/plain"
+    assert response.data == b"Unauthorized"
+
+
+@pytest.mark.parametrize("body_kind", ["json", "form"])
+def test_refresh_returns_a_new_access_token(client, signing_secret, body_kind):
+    tokens = login(client, "alice")
+    fields = {"username": "alice", "refreshToken": tokens["refreshToken"]}
+    body = {"json": fields} if body_kind == "json" else {"data": fields}
+    response = client.post("/token", **body)
+    assert response.status_code == 200
+    assert set(response.get_json()) == {"accessToken"}
+    claims = jwt.decode(response.get_json()["accessToken"], signing_secret, algorithms=["HS256"])
+    assert claims["username"] == "alice"
+    assert claims["role"] == "user"
+    assert claims["exp"] == claims["iat"] + 60
+
+
+def test_refresh_token_stays_active_after_use(client):
+    tokens = login(client, "alice")
+    for _ in range(3):
+        fields = {"username": "alice", "refreshToken": tokens["refreshToken"]}
+        assert client.post("/token", json=fields).status_code == 200
+
+
+def test_refresh_recomputes_the_role_from_the_username(make_app, signing_secret):
+    tokens = login(make_app().test_client(), "carol")
+    promoted = make_app(ADMIN_USERNAME="carol").test_client()  # same store, new admin
+    fields = {"username": "carol", "refreshToken": tokens["refreshToken"]}
+    response = promoted.post("/token", json=fields)
+    claims = jwt.decode(response.get_json()["accessToken"], signing_secret, algorithms=["HS256"])
+    assert claims["role"] == "admin"
+
+
+def test_unknown_refresh_token_is_401_plain_text(client):
+    response = client.post("/token", json={"username": "alice", "refreshToken": "x" * 42})
+    assert_unauthorized(response)
+    assert "WWW-Authenticate" not in response.headers
+
+
+def test_refresh_token_of_another_user_is_401(client):
+    tokens = login(client, "alice")
+    response = client.post(
+        "/token", json={"username": "bob", "refreshToken": tokens["refreshToken"]}
+    )
+    assert_unauthorized(response)
+
+
+@pytest.mark.parametrize("username", ["Alice", "alice ", " alice", "alic", "alicea"])
+def test_username_must_match_exactly(client, username):
+    tokens = login(client, "alice")
+    response = client.post(
+        "/token", json={"username": username, "refreshToken": tokens["refreshToken"]}
+    )
+    assert_unauthorized(response)
+
+
+def test_access_token_is_not_a_refresh_token(client):
+    tokens = login(client, "alice")
+    response = client.post(
+        "/token", json={"username": "alice", "refreshToken": tokens["accessToken"]}
+    )
+    assert_unauthorized(response)
+
+
+def test_refresh_needs_no_authorization_header(client):
+    tokens = login(client, "alice")
+    response = client.post(
+        "/token",
+        json={"username": "alice", "refreshToken": tokens["refreshToken"]},
+        headers={"Authorization": "Bearer not-a-token"},
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"refreshToken": "x"}, "username is required"),
+        ({"username": "alice"}, "refreshToken is required"),
+        ({"username": "alice", "refreshToken": 5}, "refreshToken must be a string"),
+        ({"username": "alice", "refreshToken": ""}, "refreshToken must not be empty"),
+        ({"username": 1, "refreshToken": "x"}, "username must be a string"),
+    ],
+)
+def test_bad_refresh_fields_are_400(client, body, message):
+    response = client.post("/token", json=body)
+    assert response.status_code == 400
+    assert response.get_json() == {"message": message}

@@ -1,0 +1,47 @@
+"""tokens.py on its own: issuing and verifying, without HTTP."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.tokens import (
+    InvalidTokenError,
+    issue_access_token,
+    new_refresh_token,
+    role_for,
+    verify_access_token,
+)
+from tests.conftest import make_token, valid_claims
+
+SECRET = "s" * 40
+
+
+def test_issue_then_verify_round_trips():
+    token = issue_access_token("alice", "user", SECRET, 60, now=int(time.time()))
+    claims = verify_access_token(token, SECRET)
+    assert claims["username"] == "alice"
+    assert claims["exp"] - claims["iat"] == 60
+
+
+def test_verify_returns_only_the_contract_claims():
+    token = make_token(SECRET, valid_claims(extra="x"))
+    assert set(verify_access_token(token, SECRET)) == {"username", "role", "iat", "exp"}
+
+
+def test_issued_token_with_past_time_is_expired():
+    token = issue_access_token("alice", "user", SECRET, 60, now=int(time.time()) - 60)
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token, SECRET)
+
+
+@pytest.mark.parametrize(
+    ("username", "role"), [("admin", "admin"), ("Admin", "user"), ("bob", "user")]
+)
+def test_role_for(username, role):
+    assert role_for(username, "admin") == role
+
+
+def test_new_refresh_tokens_differ():
+    assert len({new_refresh_token() for _ in range(1000)}) == 1000
