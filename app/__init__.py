@@ -14,6 +14,7 @@ from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
 from app.store import init_store
 from app.views import register_blueprints
+from app.views.oauth import init_third_party_login
 
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
@@ -23,6 +24,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     settings = settings.with_instance_path(app.instance_path)  # resolves store and secret
     configure(app, settings)
     init_store(app, settings)
+    init_third_party_login(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)

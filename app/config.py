@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 #: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
 MIN_SECRET_BYTES = 32
@@ -17,6 +19,9 @@ MAX_BODY_BYTES = 16 * 1024
 SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
 #: Name of the default SQLite file in the instance folder.
 SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
+LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+PROVIDER_SETTING = re.compile(r"OIDC_[A-Z0-9_]+_(ISSUER|CLIENT_ID|CLIENT_SECRET|SCOPES)")
 
 
 class ConfigError(ValueError):
@@ -93,6 +98,73 @@ def _absolute_path(name: str, value: str) -> str:
     return os.path.abspath(_non_empty(name, value))
 
 
+def _url(name: str, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ConfigError(f"{name} must be an http(s) URL, got {value!r}")
+    if parts.scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
+        raise ConfigError(f"{name} must use https (http is allowed on loopback only)")
+    return value.rstrip("/")
+
+
+def _redirect_target(name: str, value: str) -> str:
+    if value.startswith("/") and not value.startswith("//"):
+        return value
+    return _url(name, value)
+
+
+def _provider_names(name: str, value: str) -> tuple[str, ...]:
+    names = tuple(item.strip() for item in value.split(",") if item.strip())
+    for provider in names:
+        if not PROVIDER_NAME.fullmatch(provider):
+            raise ConfigError(f"{name}: provider names are lowercase a-z, 0-9, - and _")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{name} names a provider twice")
+    return names
+
+
+@dataclass(frozen=True)
+class IdentityProvider:
+    """One OpenID Connect provider of the third-party login."""
+
+    name: str
+    issuer: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    scopes: str = "openid profile email"
+
+    @property
+    def discovery_url(self) -> str:
+        return f"{self.issuer}/.well-known/openid-configuration"
+
+    @classmethod
+    def from_env(cls, name: str, source: Mapping[str, Any]) -> IdentityProvider:
+        """Read ``OIDC_<NAME>_ISSUER``, ``_CLIENT_ID``, ``_CLIENT_SECRET`` and ``_SCOPES``."""
+        prefix = provider_env_prefix(name)
+
+        def read(suffix: str, default: str | None = None) -> str:
+            value = source.get(prefix + suffix, default)
+            if value is None or not str(value).strip():
+                raise ConfigError(f"{prefix}{suffix} is required for provider {name!r}")
+            return str(value).strip()
+
+        scopes = read("SCOPES", "openid profile email")
+        if "openid" not in scopes.split():
+            raise ConfigError(f"{prefix}SCOPES must include openid")
+        return cls(
+            name=name,
+            issuer=_url(prefix + "ISSUER", read("ISSUER")),
+            client_id=read("CLIENT_ID"),
+            client_secret=read("CLIENT_SECRET"),
+            scopes=scopes,
+        )
+
+
+def provider_env_prefix(name: str) -> str:
+    """Return the prefix of a provider's variables: ``my-idp`` reads ``OIDC_MY_IDP_...``."""
+    return "OIDC_" + name.upper().replace("-", "_") + "_"
+
+
 def _setting(env: str, parse: Callable[[str, str], Any], default: Any = None) -> Any:
     """Declare a dataclass field read from the environment variable ``env``."""
     return field(default=default, metadata={"env": env, "parse": parse})
@@ -117,6 +189,12 @@ class Settings:
     cookie_token_lifetime: int = _setting(
         "COOKIE_TOKEN_LIFETIME", _int_between(60, 2_592_000), 3600
     )
+    #: Read as names from OIDC_PROVIDERS, then completed from OIDC_<NAME>_* variables.
+    identity_providers: tuple[IdentityProvider, ...] = _setting(
+        "OIDC_PROVIDERS", _provider_names, ()
+    )
+    login_redirect_url: str = _setting("LOGIN_REDIRECT_URL", _redirect_target, "/api/v1/me")
+    public_url: str | None = _setting("PUBLIC_URL", _url)
 
     @classmethod
     def from_env(cls, overrides: Mapping[str, Any] | None = None) -> Settings:
@@ -124,7 +202,11 @@ class Settings:
         source: dict[str, Any] = dict(os.environ)
         source.update(overrides or {})
         known = {setting.metadata["env"] for setting in fields(cls)}
-        unknown = {key for key in (overrides or {}) if key not in known}
+        unknown = {
+            key
+            for key in (overrides or {})
+            if key not in known and not PROVIDER_SETTING.fullmatch(key)
+        }
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         values: dict[str, Any] = {}
@@ -133,6 +215,9 @@ class Settings:
             raw = source.get(env)
             if raw is not None:
                 values[setting.name] = setting.metadata["parse"](env, str(raw))
+        values["identity_providers"] = tuple(
+            IdentityProvider.from_env(name, source) for name in values.get("identity_providers", ())
+        )
         settings = cls(**values)
         settings.validate_store_url()
         return settings
@@ -151,6 +236,10 @@ class Settings:
         raise ConfigError(
             "TOKEN_STORE_URL must start with sqlite:///, redis://, rediss:// or unix://"
         )
+
+    def identity_provider(self, name: str) -> IdentityProvider | None:
+        """Return the configured provider called ``name``, or None."""
+        return next((item for item in self.identity_providers if item.name == name), None)
 
     def with_instance_path(self, instance_path: str) -> Settings:
         """Return a copy whose instance folder, store and secret are resolved."""

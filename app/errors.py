@@ -29,6 +29,7 @@ DEFAULT_MESSAGES = {
     429: "too many requests",
     431: "request headers are too large",
     500: "internal server error",
+    502: "bad gateway",
     503: "service unavailable",
 }
 

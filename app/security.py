@@ -8,7 +8,7 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from flask import current_app, g, request
-from werkzeug.exceptions import Forbidden
+from werkzeug.exceptions import Forbidden, Unauthorized
 
 from app.errors import unauthenticated
 from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
@@ -19,37 +19,41 @@ View = TypeVar("View", bound=Callable[..., Any])
 BEARER_CREDENTIALS = re.compile(r"bearer ([A-Za-z0-9\-._~+/]+=*)", re.IGNORECASE)
 
 
-def bearer_token() -> str:
-    """Return the token of the request's single ``Authorization: Bearer`` header, or 401."""
+def bearer_token() -> str | None:
+    """Return the token of the request's single ``Authorization: Bearer`` header, if any."""
     values = request.headers.getlist("Authorization")
     match = BEARER_CREDENTIALS.fullmatch(values[0]) if len(values) == 1 else None
-    if match is None:
-        raise unauthenticated()
-    return match.group(1)
+    return match.group(1) if match else None
 
 
-def cookie_token() -> str:
-    """Return the token held in the auth cookie, or 401."""
-    token = request.cookies.get(current_app.config["SETTINGS"].auth_cookie_name)
-    if not token:
-        raise unauthenticated()
-    return token
+def cookie_token() -> str | None:
+    """Return the token held in the auth cookie, if any."""
+    return request.cookies.get(current_app.config["SETTINGS"].auth_cookie_name) or None
+
+
+def authenticate(
+    extract: Callable[[], str | None],
+    verify: Callable[[str, str], dict[str, Any]],
+    failure: Callable[[], Unauthorized],
+) -> dict[str, Any]:
+    """Return what ``verify`` makes of the token that ``extract`` finds, or raise ``failure()``."""
+    token = extract()
+    if token is not None:
+        try:
+            return verify(token, current_app.config["SETTINGS"].signing_secret)
+        except InvalidTokenError:
+            pass
+    raise failure()
 
 
 def authenticated_claims() -> dict[str, Any]:
     """Return the verified claims of the request's Bearer access token, or 401."""
-    try:
-        return verify_access_token(bearer_token(), current_app.config["SETTINGS"].signing_secret)
-    except InvalidTokenError:
-        raise unauthenticated() from None
+    return authenticate(bearer_token, verify_access_token, unauthenticated)
 
 
 def authenticated_cookie_user() -> dict[str, Any]:
-    """Return the ``sub`` object of the request's cookie token, or 401."""
-    try:
-        return verify_cookie_token(cookie_token(), current_app.config["SETTINGS"].signing_secret)
-    except InvalidTokenError:
-        raise unauthenticated() from None
+    """Return the user named by the request's cookie token, or 401 (no Bearer challenge)."""
+    return authenticate(cookie_token, verify_cookie_token, Unauthorized)
 
 
 def role_allows(role: str, required: tuple[str, ...]) -> bool:

@@ -19,6 +19,8 @@ MAX_USERNAME_LENGTH = 256
 MAX_TOKEN_LENGTH = 4096
 
 ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
+#: The fields of the third-party user in a cookie token's ``sub``; each may be absent.
+COOKIE_USER_FIELDS = ("source", "id", "shownName")
 
 
 class InvalidTokenError(Exception):
@@ -58,7 +60,7 @@ def issue_cookie_token(user: dict[str, str], secret: str, lifetime: int) -> str:
 
 
 def verify_cookie_token(token: str, secret: str) -> dict[str, Any]:
-    """Return the ``sub`` object of a valid cookie token, or raise InvalidTokenError."""
+    """Return the user ``{source, id, shownName}`` of a valid cookie token, or raise."""
     # PyJWT 2.10 started to insist that ``sub`` is a string (RFC 7519); this token's
     # ``sub`` is an object by contract, so that one check is off here and nowhere else.
     # Signature, algorithm and expiry are still verified, and the type is checked below.
@@ -68,7 +70,9 @@ def verify_cookie_token(token: str, secret: str) -> dict[str, Any]:
         raise InvalidTokenError("sub claim must be an object")
     if not isinstance(claims["exp"], (int, float)) or isinstance(claims["exp"], bool):
         raise InvalidTokenError("exp claim must be a number")
-    return user
+    if any(not isinstance(user.get(name, ""), str) for name in COOKIE_USER_FIELDS):
+        raise InvalidTokenError("sub fields must be strings")
+    return {name: user[name] for name in COOKIE_USER_FIELDS if name in user}
 
 
 def new_refresh_token() -> str:

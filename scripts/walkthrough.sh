@@ -44,3 +44,15 @@ curl -sS -w '%{http_code}\n' -X DELETE "$BASE/token/$REFRESH"
 # 9. A revoked refresh token no longer refreshes
 curl -sS -i -X POST "$BASE/token" -d username=alice -d "refreshToken=$REFRESH"
 # HTTP/1.1 401 UNAUTHORIZED ... Unauthorized
+
+# 10. The third-party login variant: /api/v1/me reads a cookie, never a Bearer header
+curl -sS -i "$BASE/api/v1/me" -H "Authorization: Bearer $ACCESS"
+# HTTP/1.1 401 UNAUTHORIZED ... Unauthorized   (log in through /auth/<provider>/login first)
+
+# 11. Log out of the third-party login: the cookie is cleared
+curl -sS -i -X POST "$BASE/auth/logout"
+# HTTP/1.1 204 NO CONTENT ... Set-Cookie: jwt=; Expires=...; Max-Age=0; Secure; HttpOnly; Path=/; SameSite=Lax
+
+# 12. Probes for the load balancer
+curl -sS --fail-with-body "$BASE/healthz"; curl -sS --fail-with-body "$BASE/readyz"
+# {"status":"ok"} {"status":"ready"}

@@ -32,8 +32,12 @@ def test_readme_walkthrough_is_the_script():
 
 
 def test_every_setting_is_in_the_configuration_table():
-    for setting in fields(Settings):
-        assert f"| `{setting.metadata['env']}` |" in README, setting.metadata["env"]
+    names = [setting.metadata["env"] for setting in fields(Settings)]
+    names += [
+        f"OIDC_<NAME>_{suffix}" for suffix in ("ISSUER", "CLIENT_ID", "CLIENT_SECRET", "SCOPES")
+    ]
+    for name in names:
+        assert f"| `{name}` |" in README, name
 
 
 @pytest.mark.gunicorn
@@ -52,7 +56,10 @@ def test_walkthrough_runs_against_gunicorn(gunicorn_server):
     assert '"message":"for all users"' in out
     assert '"guestsCount":4' in out
     assert re.search(r'HTTP/1.1 403 FORBIDDEN\n.*\n\n\{"message":"No access"\}', out, re.S)
-    assert len(re.findall(r"HTTP/1.1 401 UNAUTHORIZED\n.*?\n\nUnauthorized", out, re.S)) == 2
+    assert len(re.findall(r"HTTP/1.1 401 UNAUTHORIZED\n.*?\n\nUnauthorized", out, re.S)) == 3
     assert "WWW-Authenticate: Bearer" in out
     assert '"message":"for admins only"' in out
     assert "\n204\n" in out
+    assert re.search(r"HTTP/1.1 204 NO CONTENT\n.*Set-Cookie: jwt=;.*Max-Age=0", out, re.S)
+    assert '{"status":"ok"}' in out
+    assert '{"status":"ready"}' in out

@@ -7,8 +7,10 @@ from flask import Flask
 
 def register_blueprints(app: Flask) -> None:
     """Mount every blueprint on ``app``."""
-    from app.views import auth, ops, resources
+    from app.views import auth, me, oauth, ops, resources
 
     app.register_blueprint(auth.bp)
     app.register_blueprint(resources.bp)
+    app.register_blueprint(me.bp)
+    app.register_blueprint(oauth.bp)
     app.register_blueprint(ops.bp)

@@ -1,0 +1,15 @@
+"""``/api/v1``: the user of a third-party login, identified by the signed cookie."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from app.security import authenticated_cookie_user
+
+bp = Blueprint("me", __name__, url_prefix="/api/v1")
+
+
+@bp.get("/me")
+def me() -> Response:
+    """Return the logged user ``{source, id, shownName}`` named by the cookie token, or 401."""
+    return jsonify(authenticated_cookie_user())

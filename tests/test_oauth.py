@@ -1,0 +1,111 @@
+"""Third-party login routes and settings, without a provider (see test_oidc.py for one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import ConfigError, Settings
+
+PROVIDER = {
+    "OIDC_PROVIDERS": "corp",
+    "OIDC_CORP_ISSUER": "https://id.example.com/",
+    "OIDC_CORP_CLIENT_ID": "token-service",
+    "OIDC_CORP_CLIENT_SECRET": "client-secret-value",
+}
+
+
+def test_providers_are_read_from_the_environment():
+    settings = Settings.from_env(PROVIDER)
+    (provider,) = settings.identity_providers
+    assert provider.name == "corp"
+    assert provider.issuer == "https://id.example.com"
+    assert provider.discovery_url == "https://id.example.com/.well-known/openid-configuration"
+    assert provider.scopes == "openid profile email"
+    assert "client-secret-value" not in repr(settings)
+
+
+def test_provider_names_map_to_variable_names():
+    settings = Settings.from_env(
+        {
+            "OIDC_PROVIDERS": "my-idp",
+            "OIDC_MY_IDP_ISSUER": "https://idp.example.org",
+            "OIDC_MY_IDP_CLIENT_ID": "a",
+            "OIDC_MY_IDP_CLIENT_SECRET": "b",
+            "OIDC_MY_IDP_SCOPES": "openid email",
+        }
+    )
+    assert settings.identity_provider("my-idp").scopes == "openid email"
+    assert settings.identity_provider("other") is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"OIDC_CORP_ISSUER": None}, "OIDC_CORP_ISSUER is required"),
+        ({"OIDC_CORP_CLIENT_ID": ""}, "OIDC_CORP_CLIENT_ID is required"),
+        ({"OIDC_CORP_CLIENT_SECRET": None}, "OIDC_CORP_CLIENT_SECRET is required"),
+        ({"OIDC_CORP_ISSUER": "http://id.example.com"}, "must use https"),
+        ({"OIDC_CORP_ISSUER": "ftp://id.example.com"}, "must be an http"),
+        ({"OIDC_CORP_SCOPES": "profile email"}, "must include openid"),
+        ({"OIDC_PROVIDERS": "Corp"}, "provider names are lowercase"),
+        ({"OIDC_PROVIDERS": "corp,corp"}, "names a provider twice"),
+        ({"LOGIN_REDIRECT_URL": "//evil.example"}, "LOGIN_REDIRECT_URL must be an http"),
+        ({"PUBLIC_URL": "http://service.example.com"}, "PUBLIC_URL must use https"),
+    ],
+)
+def test_bad_provider_settings_refuse_to_start(changes, message):
+    settings = {**PROVIDER, **changes}
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env({key: value for key, value in settings.items() if value is not None})
+
+
+def test_http_issuer_is_allowed_on_loopback():
+    settings = Settings.from_env({**PROVIDER, "OIDC_CORP_ISSUER": "http://127.0.0.1:9000"})
+    assert settings.identity_providers[0].issuer == "http://127.0.0.1:9000"
+
+
+def test_unknown_provider_is_404_json(client):
+    for path in ["/auth/nobody/login", "/auth/nobody/callback?code=x&state=y"]:
+        response = client.get(path)
+        assert response.status_code == 404
+        assert response.get_json() == {"message": "unknown identity provider"}
+
+
+def test_callback_without_login_state_is_400(make_app):
+    client = make_app(**PROVIDER).test_client()
+    response = client.get("/auth/corp/callback?code=abc&state=forged")
+    assert response.status_code == 400
+    assert response.get_json()["message"].startswith("login failed: mismatching_state")
+    assert "Set-Cookie" not in response.headers or "jwt=" not in response.headers["Set-Cookie"]
+
+
+def test_callback_with_provider_error_is_400(make_app):
+    client = make_app(**PROVIDER).test_client()
+    response = client.get("/auth/corp/callback?error=access_denied&state=x")
+    assert response.status_code == 400
+    assert response.get_json() == {"message": "login failed: access_denied"}
+
+
+def test_unreachable_provider_is_502_not_500(make_app):
+    client = make_app(
+        **{**PROVIDER, "OIDC_CORP_ISSUER": "http://127.0.0.1:9"}  # discard port: refused
+    ).test_client()
+    response = client.get("/auth/corp/login")
+    assert response.status_code == 502
+    assert response.get_json() == {"message": "identity provider did not answer"}
+
+
+def test_logout_clears_the_cookie_with_its_attributes(client):
+    client.set_cookie("jwt", "anything")
+    response = client.post("/auth/logout")
+    assert response.status_code == 204
+    assert response.data == b""
+    cookie = response.headers["Set-Cookie"]
+    assert cookie.startswith("jwt=;")
+    for attribute in ["Max-Age=0", "Path=/", "HttpOnly", "Secure", "SameSite=Lax"]:
+        assert attribute in cookie
+    assert client.get_cookie("jwt") is None
+
+
+def test_logout_is_post_only(client):
+    assert client.get("/auth/logout").status_code == 405

@@ -1,0 +1,188 @@
+"""End to end against a real OpenID Connect provider (node oidc-provider) and gunicorn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+import jwt
+import pytest
+import requests
+
+from tests.conftest import free_port, require_tool
+from tests.oidc_harness import node_unavailable_reason, start_provider, walk_login
+
+pytestmark = [pytest.mark.oidc, pytest.mark.gunicorn]
+
+CLIENT_ID = "token-service"
+CLIENT_SECRET = "oidc-client-secret-for-tests-only"
+LIFETIME = 900
+
+
+class Browser(requests.Session):
+    """A cookie-keeping HTTP client whose every request gives up after 10 s."""
+
+    def request(self, *args, **kwargs):
+        kwargs.setdefault("timeout", 10)
+        return super().request(*args, **kwargs)
+
+
+@dataclass
+class Deployment:
+    app_url: str
+    issuer: str
+
+    def url(self, path: str) -> str:
+        return self.app_url + path
+
+
+@pytest.fixture
+def deployment(gunicorn_server, signing_secret) -> Iterator[Deployment]:
+    """A provider that knows our callback, and gunicorn configured for that provider."""
+    reason = node_unavailable_reason()
+    require_tool(reason is None, "node and the oidc-provider package", str(reason))
+    app_port = free_port()
+    callback = f"http://127.0.0.1:{app_port}/auth/local/callback"
+    provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [callback])
+    try:
+        gunicorn_server(
+            {
+                "SIGNING_SECRET": signing_secret,
+                "OIDC_PROVIDERS": "local",
+                "OIDC_LOCAL_ISSUER": provider.issuer,
+                "OIDC_LOCAL_CLIENT_ID": CLIENT_ID,
+                "OIDC_LOCAL_CLIENT_SECRET": CLIENT_SECRET,
+                "AUTH_COOKIE_SECURE": "false",
+                "COOKIE_TOKEN_LIFETIME": str(LIFETIME),
+                "LOGIN_REDIRECT_URL": "/api/v1/me",
+            },
+            workers=2,
+            port=app_port,
+        )
+        yield Deployment(f"http://127.0.0.1:{app_port}", provider.issuer)
+    finally:
+        provider.stop()
+
+
+def start_login(browser: Browser, deployment: Deployment) -> str:
+    """Hit our login route; return the provider authorization URL it redirects to."""
+    response = browser.get(deployment.url("/auth/local/login"), allow_redirects=False)
+    assert response.status_code == 302
+    return response.headers["Location"]
+
+
+def with_query(url: str, **changes: str) -> str:
+    parts = urlsplit(url)
+    query = {key: values[0] for key, values in parse_qs(parts.query).items()}
+    query.update(changes)
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def provider_callback(browser: Browser, authorize_url: str) -> str:
+    """Walk the provider's login and consent pages; return our callback URL it sends back."""
+    response = walk_login(browser, authorize_url, login="alice")
+    return response.headers["Location"]
+
+
+def test_browser_login_sets_the_cookie_that_me_reads(deployment, signing_secret):
+    browser = Browser()
+    authorize_url = start_login(browser, deployment)
+    query = parse_qs(urlsplit(authorize_url).query)
+    assert authorize_url.startswith(deployment.issuer)
+    assert query["response_type"] == ["code"]
+    assert query["client_id"] == [CLIENT_ID]
+    assert query["code_challenge_method"] == ["S256"]
+    for parameter in ["code_challenge", "state", "nonce"]:
+        assert query[parameter][0]
+    assert "openid" in query["scope"][0].split()
+
+    callback = provider_callback(browser, authorize_url)
+    assert callback.startswith(deployment.url("/auth/local/callback?"))
+    before = int(time.time())
+    response = browser.get(callback, allow_redirects=False)
+    assert response.status_code == 302, response.text
+    assert response.headers["Location"] == "/api/v1/me"
+    set_cookie = [
+        value for value in response.raw.headers.getlist("Set-Cookie") if value.startswith("jwt=")
+    ]
+    assert len(set_cookie) == 1
+    for attribute in ["HttpOnly", "SameSite=Lax", "Path=/", f"Max-Age={LIFETIME}"]:
+        assert attribute in set_cookie[0]
+    assert "Secure" not in set_cookie[0]  # AUTH_COOKIE_SECURE=false for plain-http testing
+
+    cookie_token = browser.cookies.get("jwt")
+    claims = jwt.decode(
+        cookie_token, signing_secret, algorithms=["HS256"], options={"verify_sub": False}
+    )
+    assert claims["sub"] == {"source": "local", "id": "alice", "shownName": "Alice Example"}
+    assert before + LIFETIME <= claims["exp"] <= int(time.time()) + LIFETIME
+
+    response = browser.get(deployment.url("/api/v1/me"))
+    assert response.status_code == 200
+    assert response.json() == {"source": "local", "id": "alice", "shownName": "Alice Example"}
+
+
+def test_replayed_callback_is_refused(deployment):
+    browser = Browser()
+    callback = provider_callback(browser, start_login(browser, deployment))
+    assert browser.get(callback, allow_redirects=False).status_code == 302
+    replay = browser.get(callback, allow_redirects=False)
+    assert replay.status_code == 400
+    assert replay.json()["message"].startswith("login failed")
+    stranger = Browser()  # the callback URL alone, from another browser
+    assert stranger.get(callback, allow_redirects=False).status_code == 400
+    assert "jwt" not in stranger.cookies
+
+
+def test_forged_state_is_refused(deployment):
+    browser = Browser()
+    callback = provider_callback(browser, start_login(browser, deployment))
+    response = browser.get(with_query(callback, state="forged-state"), allow_redirects=False)
+    assert response.status_code == 400
+    assert response.json()["message"].startswith("login failed: mismatching_state")
+    assert "jwt" not in browser.cookies
+
+
+def test_wrong_nonce_is_refused(deployment):
+    browser = Browser()
+    authorize_url = with_query(start_login(browser, deployment), nonce="attacker-nonce")
+    response = browser.get(provider_callback(browser, authorize_url), allow_redirects=False)
+    assert response.status_code == 400
+    assert "nonce" in response.json()["message"]
+    assert "jwt" not in browser.cookies
+    assert browser.get(deployment.url("/api/v1/me")).status_code == 401
+
+
+def test_tampered_pkce_challenge_is_refused(deployment):
+    browser = Browser()
+    authorize_url = with_query(
+        start_login(browser, deployment), code_challenge="A" * 43
+    )  # the provider will want a verifier we do not have
+    response = browser.get(provider_callback(browser, authorize_url), allow_redirects=False)
+    assert response.status_code == 400
+    assert "invalid_grant" in response.json()["message"]
+    assert "jwt" not in browser.cookies
+
+
+def test_logout_clears_the_cookie(deployment):
+    browser = Browser()
+    browser.get(provider_callback(browser, start_login(browser, deployment)), allow_redirects=False)
+    assert browser.get(deployment.url("/api/v1/me")).status_code == 200
+    response = browser.post(deployment.url("/auth/logout"))
+    assert response.status_code == 204
+    assert "jwt" not in browser.cookies
+    assert browser.get(deployment.url("/api/v1/me")).status_code == 401
+
+
+def test_cookie_is_not_an_access_token_over_the_wire(deployment):
+    browser = Browser()
+    browser.get(provider_callback(browser, start_login(browser, deployment)), allow_redirects=False)
+    cookie_token = browser.cookies.get("jwt")
+    assert browser.get(deployment.url("/user-accessible")).status_code == 401
+    headers = {"Authorization": f"Bearer {cookie_token}"}
+    assert (
+        requests.get(deployment.url("/user-accessible"), headers=headers, timeout=10).status_code
+        == 401
+    )
