@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import Unauthorized
 
 from app.request_body import optional_string, read_fields, required_string
@@ -23,7 +23,9 @@ def login() -> Response:
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
     role = _role(username)
-    current_app.logger.info("login: username=%r role=%s", username, role)
+    current_app.logger.info(
+        "login: username=%r role=%s client=%s", username, role, request.remote_addr
+    )
     return jsonify(accessToken=_access_token(username, role), refreshToken=refresh_token)
 
 
@@ -36,9 +38,10 @@ def refresh() -> Response:
     owner = get_store().owner_of(refresh_token)
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         current_app.logger.info(
-            "refresh refused: username=%r reason=%s",
+            "refresh refused: username=%r reason=%s client=%s",
             username,
             "unknown token" if owner is None else "token of another user",
+            request.remote_addr,
         )
         raise Unauthorized()
     return jsonify(accessToken=_access_token(username, _role(username)))
