@@ -31,6 +31,9 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+bench: $(INSTALLED)  ## wrk against gunicorn, beside a bare-Flask floor (needs wrk)
+	$(BIN)/python bench/run.py
+
 format: $(INSTALLED)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import string
 import time
@@ -17,6 +18,9 @@ REFRESH_TOKEN_ALPHABET = string.ascii_letters + string.digits
 MAX_USERNAME_LENGTH = 256
 #: A JWT longer than this is refused before any parsing.
 MAX_TOKEN_LENGTH = 4096
+
+#: Verified access tokens remembered per process (at most 4 KiB each, so at most 4 MiB).
+VERIFIED_TOKEN_CACHE_SIZE = 1024
 
 ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
 #: The fields of the third-party user in a cookie token's ``sub``; each may be absent.
@@ -43,6 +47,18 @@ def issue_access_token(
 
 def verify_access_token(token: str, secret: str) -> dict[str, Any]:
     """Return the claims of a valid access token, or raise InvalidTokenError."""
+    username, role, issued_at, expires_at = _verified_access_claims(token, secret)
+    # A cached verification must not outlive the token: expiry is checked every time.
+    if time.time() >= expires_at:
+        raise InvalidTokenError("token has expired")
+    return {"username": username, "role": role, "iat": issued_at, "exp": expires_at}
+
+
+@functools.lru_cache(maxsize=VERIFIED_TOKEN_CACHE_SIZE)
+def _verified_access_claims(token: str, secret: str) -> tuple[str, str, int, int]:
+    # Clients send the same token for its whole lifetime, and PyJWT spends most of a
+    # request's CPU on it; only tokens that verified are cached (a raise is not), keyed
+    # by the exact token text, so a forged or altered token never hits the cache.
     claims = _decode(token, secret, required=ACCESS_TOKEN_CLAIMS)
     username, role = claims["username"], claims["role"]
     if not isinstance(username, str) or not 0 < len(username) <= MAX_USERNAME_LENGTH:
@@ -51,7 +67,7 @@ def verify_access_token(token: str, secret: str) -> dict[str, Any]:
         raise InvalidTokenError("role claim must be admin or user")
     if not (_is_integer(claims["iat"]) and _is_integer(claims["exp"])):
         raise InvalidTokenError("iat and exp claims must be integers")
-    return {name: claims[name] for name in ACCESS_TOKEN_CLAIMS}
+    return username, role, claims["iat"], claims["exp"]
 
 
 def issue_cookie_token(user: dict[str, str], secret: str, lifetime: int) -> str:

@@ -45,3 +45,28 @@ def test_role_for(username, role):
 
 def test_new_refresh_tokens_differ():
     assert len({new_refresh_token() for _ in range(1000)}) == 1000
+
+
+def test_cached_verification_still_expires_at_exp(monkeypatch):
+    now = int(time.time())
+    token = make_token(SECRET, valid_claims(iat=now, exp=now + 30))
+    assert verify_access_token(token, SECRET)["exp"] == now + 30  # verified, now cached
+    monkeypatch.setattr(time, "time", lambda: now + 30.0)  # the second exp names
+    with pytest.raises(InvalidTokenError, match="expired"):
+        verify_access_token(token, SECRET)
+
+
+def test_cache_is_keyed_by_secret_and_exact_token():
+    token = make_token(SECRET, valid_claims())
+    verify_access_token(token, SECRET)
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token, "t" * 40)  # same token, another key
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token[:-1] + ("A" if token[-1] != "A" else "B"), SECRET)
+
+
+def test_verified_claims_are_a_fresh_dict_each_time():
+    token = make_token(SECRET, valid_claims())
+    first = verify_access_token(token, SECRET)
+    first["role"] = "admin"
+    assert verify_access_token(token, SECRET)["role"] == "user"
