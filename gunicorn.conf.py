@@ -24,6 +24,9 @@ accesslog = "-"
 errorlog = "-"
 loglevel = settings.log_level.lower()
 logger_class = "app.access_log.RedactingLogger"
+# X-Forwarded-* are trusted by the app alone, through TRUSTED_PROXY_HOPS (ProxyFix);
+# gunicorn would otherwise believe X-Forwarded-Proto from any loopback client.
+forwarded_allow_ips = ""
 # gunicorn's control socket is one fixed path per user; several instances would clash.
 control_socket_disable = True
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'

@@ -33,7 +33,14 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
 
 def configure(app: Flask, settings: Settings) -> None:
     """Apply the settings to Flask, logging and the proxy headers."""
-    app.config.update(SETTINGS=settings, MAX_CONTENT_LENGTH=MAX_BODY_BYTES)
+    app.config.update(
+        SETTINGS=settings,
+        MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
+        # OPTIONS gets the JSON 405 with Allow, not an empty text/html 200 (no CORS here)
+        PROVIDE_AUTOMATIC_OPTIONS=False,
+    )
+    # /token//x is a token path like any other, not a redirect to a merged path
+    app.url_map.merge_slashes = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.logger.setLevel(getattr(logging, settings.log_level))
     if settings.trusted_proxy_hops:

@@ -44,7 +44,8 @@ def render_http_error(error: HTTPException) -> Response:
     if error.code is None or error.code < 400:
         return error.get_response()  # a redirect or similar, not an error
     if error.code == 401:
-        response = Response("Unauthorized", status=401, mimetype="text/plain")
+        # exactly "text/plain", as SPEC.md writes it; the body is ASCII
+        response = Response("Unauthorized", status=401, content_type="text/plain")
     else:
         if error.code == 403:
             message = "No access"

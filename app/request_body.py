@@ -6,23 +6,38 @@ import json
 import math
 import re
 from typing import Any
+from urllib.parse import parse_qsl
 
 from flask import request
-from werkzeug.exceptions import BadRequest, UnsupportedMediaType
+from werkzeug.exceptions import (
+    BadRequest,
+    HTTPException,
+    RequestEntityTooLarge,
+    UnsupportedMediaType,
+)
+
+from app.config import MAX_BODY_BYTES
 
 FORM = "application/x-www-form-urlencoded"
+#: More fields than any endpoint has, by far; a form with more is refused.
+MAX_FORM_FIELDS = 32
+#: Integers that a JavaScript client reads back exactly.
+MAX_SAFE_INTEGER = 2**53 - 1
 #: A number as a form field may spell it: optional minus, digits, optional fraction.
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
 
 def read_fields() -> dict[str, Any]:
     """Return the request body's fields from JSON or a URL-encoded form; 400/413/415 if not."""
+    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+        raise UnsupportedMediaType("request body must not be compressed")
+    data = _body()
     mimetype = request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json"):
-        return _json_object(request.get_data(cache=False))
+        return _json_object(data)
     if mimetype == FORM:
-        return _form_fields()
-    if request.content_length == 0 or not request.get_data(cache=False):
+        return _form_fields(data)
+    if not data:
         return {}  # no body at all: each missing field is reported on its own
     raise UnsupportedMediaType()
 
@@ -63,7 +78,27 @@ def required_number(fields: dict[str, Any], name: str) -> int | float:
         raise BadRequest(f"{name} must be a number")
     if isinstance(value, float) and not math.isfinite(value):
         raise BadRequest(f"{name} must be a finite number")
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+        return int(value)  # echoed as a JavaScript client wrote it: 1e3 and 4.0 are 1000 and 4
     return value
+
+
+def _body() -> bytes:
+    """Return the raw body: at most MAX_BODY_BYTES (else 413), well framed (else 400)."""
+    try:
+        if request.content_length is not None:
+            return request.get_data(cache=True)  # a Content-Length over the limit is 413
+        if "wsgi.input_terminated" not in request.environ:
+            return b""  # neither a length nor a framing server: nothing is safe to read
+        # Chunked: read past the limit by one byte, so an oversized body is seen, not cut.
+        data = request.environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
+    except HTTPException:
+        raise
+    except Exception as error:  # the server's chunk parser (gunicorn: InvalidChunkSize ...)
+        raise BadRequest("request body is malformed") from error
+    if len(data) > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge()
+    return data
 
 
 def _check_unicode(name: str, value: str) -> None:
@@ -94,14 +129,24 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _form_fields() -> dict[str, Any]:
-    form = request.form
+def _form_fields(data: bytes) -> dict[str, Any]:
+    try:
+        # strict UTF-8, raw and percent-decoded alike: no silent replacement characters
+        pairs = parse_qsl(
+            data.decode("utf-8"),
+            keep_blank_values=True,
+            errors="strict",
+            max_num_fields=MAX_FORM_FIELDS,
+        )
+    except UnicodeDecodeError:
+        raise BadRequest("form body is not valid UTF-8") from None
+    except ValueError:
+        raise BadRequest(f"form body has more than {MAX_FORM_FIELDS} fields") from None
     fields: dict[str, Any] = {}
-    for name in form:
-        values = form.getlist(name)
-        if len(values) > 1:
+    for name, value in pairs:
+        if name in fields:
             raise BadRequest(f"{name} must be given once")
-        fields[name] = values[0]
+        fields[name] = value
     return fields
 
 

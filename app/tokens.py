@@ -16,10 +16,11 @@ REFRESH_TOKEN_LENGTH = 42
 REFRESH_TOKEN_ALPHABET = string.ascii_letters + string.digits
 #: Longest username accepted at login and in a token, in characters.
 MAX_USERNAME_LENGTH = 256
-#: A JWT longer than this is refused before any parsing.
-MAX_TOKEN_LENGTH = 4096
+#: A JWT longer than this is refused before any parsing. A username of 256 emoji is
+#: about 4.3 KB once signed (JSON escapes each as 12 characters); headers stop at 8 KiB.
+MAX_TOKEN_LENGTH = 8192
 
-#: Verified access tokens remembered per process (at most 4 KiB each, so at most 4 MiB).
+#: Verified access tokens remembered per process (at most 8 KiB each, so at most 8 MiB).
 VERIFIED_TOKEN_CACHE_SIZE = 1024
 
 ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")

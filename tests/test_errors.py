@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from flask import Flask
 
@@ -30,12 +32,14 @@ def test_unknown_path_is_404_json(client, path):
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [
-        ("get", "/login", {"POST", "OPTIONS"}),
-        ("put", "/login", {"POST", "OPTIONS"}),
-        ("get", "/token", {"POST", "OPTIONS"}),
-        ("post", "/user-accessible", {"GET", "HEAD", "OPTIONS"}),
-        ("delete", "/admin-accessible", {"GET", "HEAD", "OPTIONS"}),
-        ("get", "/restaurant-reservation", {"POST", "OPTIONS"}),
+        ("get", "/login", {"POST"}),
+        ("put", "/login", {"POST"}),
+        ("options", "/login", {"POST"}),
+        ("get", "/token", {"POST"}),
+        ("post", "/user-accessible", {"GET", "HEAD"}),
+        ("delete", "/admin-accessible", {"GET", "HEAD"}),
+        ("options", "/admin-accessible", {"GET", "HEAD"}),
+        ("get", "/restaurant-reservation", {"POST"}),
     ],
 )
 def test_wrong_method_is_405_json_with_allow(client, method, path, allow):
@@ -136,3 +140,64 @@ def test_readyz_is_503_when_the_store_is_unreachable(make_app, tmp_path):
     client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
     assert_json_error(client.get("/readyz"), 503)
     assert client.get("/healthz").status_code == 200
+
+
+def chunked(client, path: str, body: bytes, content_type: str, headers=None):
+    """Post ``body`` with no Content-Length, as a chunked request reaches the app."""
+    return client.post(
+        path,
+        input_stream=io.BytesIO(body),
+        content_type=content_type,
+        headers=headers or {},
+        environ_overrides={"wsgi.input_terminated": True},
+    )
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_chunked_body_over_16_kib_is_413_not_cut(client, content_type):
+    body = b"x=" + b"a" * (MAX_BODY_BYTES - 2) + b"&username=administrator"
+    response = chunked(client, "/login", body, content_type)
+    assert_json_error(response, 413, "request body is larger than 16384 bytes")
+
+
+def test_chunked_body_within_the_limit_is_read(client):
+    response = chunked(client, "/login", b"username=alice", "application/x-www-form-urlencoded")
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"username=abc&x=\xff", "form body is not valid UTF-8"),
+        (b"username=caf%E9", "form body is not valid UTF-8"),
+        (b"username=%ED%A0%80", "form body is not valid UTF-8"),
+        (b"&".join(b"f%d=1" % n for n in range(40)), "form body has more than 32 fields"),
+    ],
+)
+def test_bad_form_bodies_are_400(client, body, message):
+    response = client.post("/login", data=body, content_type="application/x-www-form-urlencoded")
+    assert_json_error(response, 400, message)
+
+
+def test_form_values_are_percent_decoded_utf8(client, signing_secret):
+    import jwt
+
+    response = client.post(
+        "/login",
+        data=b"username=caf%C3%A9+au+lait",
+        content_type="application/x-www-form-urlencoded",
+    )
+    claims = jwt.decode(response.get_json()["accessToken"], signing_secret, algorithms=["HS256"])
+    assert claims["username"] == "café au lait"
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+def test_compressed_bodies_are_415(client, encoding):
+    response = client.post("/login", json={"username": "a"}, headers={"Content-Encoding": encoding})
+    assert_json_error(response, 415, "request body must not be compressed")
+
+
+def test_401_content_type_is_exactly_text_plain(client):
+    assert client.get("/user-accessible").headers["Content-Type"] == "text/plain"
+    response = client.post("/token", json={"username": "a", "refreshToken": "b"})
+    assert response.headers["Content-Type"] == "text/plain"

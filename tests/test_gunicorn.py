@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
@@ -124,3 +125,64 @@ def test_bad_input_over_the_wire_is_json(gunicorn_server):
         headers={"Content-Type": "application/json"},
     )
     assert response.status_code == 413
+
+
+def raw_request(port: int, request: bytes) -> bytes:
+    """Send raw bytes on a new connection; return everything the server answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(request)
+        connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+def chunked_login(port: int, chunks: list[bytes], content_type: bytes) -> bytes:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for chunk in chunks) + b"0\r\n\r\n"
+    return raw_request(
+        port,
+        b"POST /login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Content-Type: " + content_type + b"\r\n\r\n" + body,
+    )
+
+
+def test_chunked_body_over_the_limit_is_413_over_the_wire(gunicorn_server):
+    server = gunicorn_server(workers=1)
+    chunks = [b"x=" + b"a" * 16367, b"&username=administrator"]
+    answer = chunked_login(server.port, chunks, b"application/x-www-form-urlencoded")
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert answer.endswith(b'{"message":"request body is larger than 16384 bytes"}\n')
+    answer = chunked_login(
+        server.port, [b"username=", b"alice"], b"application/x-www-form-urlencoded"
+    )
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+def test_malformed_chunk_framing_is_400_not_500(gunicorn_server):
+    server = gunicorn_server(workers=1)
+    answer = raw_request(
+        server.port,
+        b"POST /login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Content-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b'{"message":"request body is malformed"}' in answer
+    server.stop()
+    assert "Traceback" not in server.log_path.read_text()
+
+
+def test_logs_never_show_a_refresh_token_however_spelled(gunicorn_server):
+    server = gunicorn_server(workers=1)
+    token = fresh("POST", f"{server.url}/login", json={"username": "a"}).json()["refreshToken"]
+    raw_request(
+        server.port, b"DELETE /token/" + token.encode() + b"\x7f HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    answer = raw_request(
+        server.port, f"DELETE /%74oken/{token} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    )
+    assert answer.startswith(b"HTTP/1.1 204 ")
+    server.stop()
+    log = server.log_path.read_text()
+    assert "/%74oken/<redacted>" in log
+    assert token not in log

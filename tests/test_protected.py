@@ -78,7 +78,7 @@ def test_claims_are_echoed_exactly_as_signed(client, signing_secret):
 @pytest.mark.parametrize("body_kind", ["json", "form"])
 @pytest.mark.parametrize(
     ("sent", "echoed"),
-    [(2, 2), (0, 0), (2.5, 2.5), (-1, -1), (10**20, 10**20)],
+    [(2, 2), (0, 0), (2.5, 2.5), (-1, -1), (10**20, 10**20), (4.0, 4), (-0.5, -0.5)],
 )
 def test_reservation_echoes_guests_count_as_a_number(client, body_kind, sent, echoed):
     tokens = login(client, "alice")
@@ -94,6 +94,20 @@ def test_reservation_echoes_guests_count_as_a_number(client, body_kind, sent, ec
     assert type(payload["guestsCount"]) is type(echoed)
     assert payload["user"]["username"] == "alice"
     assert set(payload) == {"user", "guestsCount"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "echoed"), [("1e3", "1000"), ("4.0", "4"), ("-0.0", "0"), ("2.50", "2.5")]
+)
+def test_reservation_echoes_json_numbers_as_javascript_would(client, raw, echoed):
+    tokens = login(client)
+    response = client.post(
+        "/restaurant-reservation",
+        headers=bearer(tokens["accessToken"]),
+        data='{"guestsCount": ' + raw + "}",
+        content_type="application/json",
+    )
+    assert response.data.rstrip().endswith(b'"guestsCount":' + echoed.encode() + b"}")
 
 
 def test_reservation_is_open_to_admins(client):
@@ -304,8 +318,16 @@ def test_token_issued_in_the_future_is_401(client, signing_secret):
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
+def test_username_of_256_emoji_makes_a_token_that_verifies(client):
+    username = "\N{GRINNING FACE}" * 256
+    token = login(client, username)["accessToken"]
+    response = client.get("/user-accessible", headers=bearer(token))
+    assert response.status_code == 200
+    assert response.get_json()["user"]["username"] == username
+
+
 def test_oversized_token_is_401(client, signing_secret):
-    token = make_token(signing_secret, valid_claims(padding="x" * 5000))
+    token = make_token(signing_secret, valid_claims(padding="x" * 9000))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 

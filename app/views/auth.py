@@ -5,13 +5,25 @@ from __future__ import annotations
 import hmac
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from werkzeug.exceptions import Unauthorized
+from werkzeug.exceptions import BadRequest, Unauthorized
+from werkzeug.routing import BaseConverter
 
 from app.request_body import optional_string, read_fields, required_string
 from app.store import get_store, token_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
 
 bp = Blueprint("auth", __name__)
+
+
+class AnyTextConverter(BaseConverter):
+    """Match any non-empty path text, slashes included (``path`` refuses a leading one)."""
+
+    regex = ".+"
+    part_isolating = False
+
+
+# A refresh token in a path is any text, so that every unknown one is simply a 204.
+bp.record_once(lambda state: state.app.url_map.converters.setdefault("any_text", AnyTextConverter))
 
 
 @bp.post("/login")
@@ -34,8 +46,10 @@ def refresh() -> Response:
     """Issue a new access token for a refresh token recorded for exactly that username."""
     fields = read_fields()
     username = required_string(fields, "username", MAX_USERNAME_LENGTH)
-    refresh_token = required_string(fields, "refreshToken")
-    owner = get_store().owner_of(refresh_token)
+    refresh_token = optional_string(fields, "refreshToken")
+    if refresh_token is None:
+        raise BadRequest("refreshToken is required")
+    owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         current_app.logger.info(
             "refresh refused: username=%r reason=%s client=%s",
@@ -47,7 +61,15 @@ def refresh() -> Response:
     return jsonify(accessToken=_access_token(username, _role(username)))
 
 
-@bp.delete("/token/<refresh_token>")
+@bp.after_request
+def forbid_caching(response: Response) -> Response:
+    """Keep token responses out of every cache (RFC 6749, section 5.1)."""
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Pragma"] = "no-cache"
+    return response
+
+
+@bp.delete("/token/<any_text:refresh_token>")
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
     known = get_store().revoke(refresh_token)
