@@ -21,8 +21,15 @@ $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 run: $(INSTALLED)  ## serve on $$PORT (default 8080) with gunicorn
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
-test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included
+# The core service's tests, which `make test` runs a second time with the refresh tokens
+# in Redis (--store=redis: a redis-server that the test session starts and stops).
+CORE_TESTS := tests/test_login.py tests/test_refresh.py tests/test_revoke.py \
+	tests/test_protected.py tests/test_requires_roles.py tests/test_tokens.py \
+	tests/test_errors.py tests/test_config.py tests/test_gunicorn.py tests/test_readme.py
+
+test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, then the core on Redis
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --store=redis -m "not redis" $(CORE_TESTS)
 
 test-fast: $(INSTALLED)  ## everything but the tests that start real servers
 	$(BIN)/python -m pytest -m "not ($(SERVER_MARKERS))"

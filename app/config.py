@@ -184,6 +184,10 @@ class Settings:
     log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
     web_concurrency: int | None = _setting("WEB_CONCURRENCY", _int_between(1, 64))
     store_timeout: float = _setting("TOKEN_STORE_TIMEOUT", _seconds_between(0.05, 60), 2.0)
+    #: None: the same as TOKEN_STORE_TIMEOUT.
+    store_connect_timeout: float | None = _setting(
+        "TOKEN_STORE_CONNECT_TIMEOUT", _seconds_between(0.05, 60)
+    )
     auth_cookie_name: str = _setting("AUTH_COOKIE_NAME", _cookie_name, "jwt")
     auth_cookie_secure: bool = _setting("AUTH_COOKIE_SECURE", _boolean, True)
     cookie_token_lifetime: int = _setting(

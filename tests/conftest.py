@@ -19,12 +19,16 @@ from typing import Any
 
 import jwt
 import pytest
+import redis
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
 from app.config import Settings
+from app.store import RefreshTokenStore
+from app.store.redis import RedisTokenStore
+from app.store.sqlite import SQLiteTokenStore
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -222,3 +226,110 @@ def gunicorn_server(tmp_path: Path) -> Iterator[Callable[..., Gunicorn]]:
 
 def which(program: str) -> str | None:
     return shutil.which(program)
+
+
+# --- refresh-token stores and redis-server ------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store",
+        choices=("sqlite", "redis"),
+        default="sqlite",
+        help="store of the tests' apps and servers: sqlite (default), or redis (a "
+        "redis-server started for the session, emptied before each test)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"refresh-token store of the apps and servers under test: {config.getoption('--store')}"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Return a starter of real redis-servers (options as arguments); all stopped afterwards."""
+    from tests.redis_server import INSTALL_HINT, RedisServer, redis_server_available
+
+    require_tool(redis_server_available(), "redis-server", INSTALL_HINT)
+    started: list[RedisServer] = []
+
+    def start(*options: str, tls: tuple[Path, Path, Path] | None = None) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(started)}", options, tls)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def session_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One redis-server for the tests that need only an empty Redis (see ``redis_url``)."""
+    from tests.redis_server import INSTALL_HINT, RedisServer, redis_server_available
+
+    require_tool(redis_server_available(), "redis-server", INSTALL_HINT)
+    server = RedisServer(tmp_path_factory.mktemp("session-redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(session_redis: Any) -> str:
+    """Return the URL of an emptied Redis."""
+    with session_redis.client() as client:
+        client.flushall()
+    return session_redis.url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def store_under_test(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """With ``--store=redis``, point every app and server at the session's redis-server."""
+    if request.config.getoption("--store") != "redis":
+        yield None
+        return
+    server = request.getfixturevalue("session_redis")
+    previous = os.environ.get("TOKEN_STORE_URL")
+    os.environ["TOKEN_STORE_URL"] = server.url
+    yield server
+    if previous is None:
+        del os.environ["TOKEN_STORE_URL"]
+    else:
+        os.environ["TOKEN_STORE_URL"] = previous
+
+
+@pytest.fixture(autouse=True)
+def empty_store_under_test(store_under_test: Any) -> None:
+    """Give each test of a ``--store=redis`` run an empty Redis, as it gets an empty SQLite."""
+    if store_under_test is not None:
+        with store_under_test.client() as client:
+            client.flushall()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Return the URL of an empty store, once per backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store' / 'refresh_tokens.sqlite3'}"
+    return request.getfixturevalue("redis_url")
+
+
+def stored_contents(store: RefreshTokenStore) -> str:
+    """Return, as text, everything ``store`` keeps: to show no token is kept in clear."""
+    store.close()
+    if isinstance(store, SQLiteTokenStore):
+        folder = Path(store.path).parent  # the database with its -wal and -shm files
+        return "\n".join(path.read_bytes().decode("latin-1") for path in folder.iterdir())
+    assert isinstance(store, RedisTokenStore)
+    parts = []
+    with redis.Redis.from_url(store.url, decode_responses=True) as client:
+        for key in client.scan_iter():
+            kind = client.type(key)
+            if kind == "hash":
+                value: Any = client.hgetall(key)
+            elif kind == "zset":
+                value = client.zrange(key, 0, -1, withscores=True)
+            else:
+                value = client.dump(key)
+            parts.append(f"{key} {kind} {value}")
+    return "\n".join(parts)

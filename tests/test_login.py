@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
+import hashlib
 import string
 import time
 
@@ -10,7 +10,7 @@ import jwt
 import pytest
 
 from app.tokens import REFRESH_TOKEN_LENGTH
-from tests.conftest import bearer, login
+from tests.conftest import bearer, login, stored_contents
 
 
 def decode(token: str, secret: str) -> dict:
@@ -82,17 +82,15 @@ def test_refresh_tokens_are_unique(client):
     assert len(tokens) == 50
 
 
-def test_refresh_token_is_stored_as_digest_not_in_clear(client, app, instance_path):
+def test_refresh_token_is_stored_as_digest_not_in_clear(client, app):
     token = login(client, "bob")["refreshToken"]
-    app.extensions["token_store"].close()
-    for path in instance_path.iterdir():
-        assert token.encode() not in path.read_bytes(), path
-    database = sqlite3.connect(instance_path / "refresh_tokens.sqlite3")
-    rows = database.execute("SELECT digest, username FROM refresh_tokens").fetchall()
-    database.close()
-    import hashlib
-
-    assert rows == [(hashlib.sha256(token.encode()).hexdigest(), "bob")]
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    store = app.extensions["token_store"]
+    contents = stored_contents(store)  # every byte of the SQLite files, every Redis key
+    assert token not in contents
+    assert digest in contents
+    assert [record.digest_prefix for record in store.tokens_of("bob")] == [digest[:12]]
+    assert store.count() == 1
 
 
 def test_login_needs_no_authentication_and_ignores_a_bad_header(client):

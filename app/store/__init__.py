@@ -20,21 +20,27 @@ __all__ = [
 EXTENSION_KEY = "token_store"
 
 
-def open_store(url: str, timeout: float) -> RefreshTokenStore:
-    """Return the store backend that ``url`` names (validated by Settings)."""
+def open_store(url: str, timeout: float, connect_timeout: float | None = None) -> RefreshTokenStore:
+    """Return the store backend that ``url`` names (validated by Settings).
+
+    ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
+    ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
+    """
     if url.startswith("sqlite:///"):
         from app.store.sqlite import SQLiteTokenStore
 
         return SQLiteTokenStore(url[len("sqlite:///") :], timeout)
     from app.store.redis import RedisTokenStore
 
-    return RedisTokenStore(url, timeout)
+    return RedisTokenStore(url, timeout, connect_timeout)
 
 
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; connections open on first use."""
     assert settings.token_store_url is not None
-    app.extensions[EXTENSION_KEY] = open_store(settings.token_store_url, settings.store_timeout)
+    app.extensions[EXTENSION_KEY] = open_store(
+        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout
+    )
 
 
 def get_store() -> RefreshTokenStore:

@@ -1,0 +1,239 @@
+"""What only the Redis store has: its keys, its URLs, its timeouts and its error mapping."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import redis
+from redis import exceptions
+from redis.connection import AbstractConnection
+
+from app import create_app
+from app.config import ConfigError
+from app.store import StoreUnavailableError, open_store, token_digest
+from app.store.redis import RedisTokenStore
+from app.tokens import new_refresh_token
+from tests.conftest import require_tool, which
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def store(redis_url):
+    store = open_store(redis_url, timeout=2)
+    yield store
+    store.close()
+
+
+def test_keys_hold_digests_and_never_expire(store, session_redis):
+    token = new_refresh_token()
+    store.issue(token, "a:b")
+    digest = token_digest(token)
+    with session_redis.client() as client:
+        assert sorted(client.keys("*")) == ["rt:digests", f"rt:token:{digest}", "rt:user:a:b"]
+        assert all(client.ttl(key) == -1 for key in client.keys("*"))  # valid until revoked
+        assert client.hgetall(f"rt:token:{digest}")["username"] == "a:b"
+
+
+def test_revoking_the_last_token_leaves_no_key_behind(store, session_redis):
+    tokens = [new_refresh_token() for _ in range(3)]
+    for token in tokens:
+        store.issue(token, "alice")
+    store.revoke(tokens[0])
+    store.revoke_digest(token_digest(tokens[1])[:12])
+    store.revoke_all("alice")
+    with session_redis.client() as client:
+        assert client.keys("*") == []
+
+
+ERRORS = [
+    exceptions.ConnectionError("Connection reset by peer"),
+    exceptions.TimeoutError("Timeout reading from socket"),
+    exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+    exceptions.ReadOnlyError("You can't write against a read only replica."),
+    exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
+    exceptions.ExecAbortError("Transaction discarded because of previous errors."),
+    exceptions.NoPermissionError("this user has no permissions to run the 'hget' command"),
+    exceptions.AuthenticationError("invalid username-password pair"),
+    exceptions.ResponseError("MISCONF Redis is configured to save RDB snapshots"),
+    exceptions.ResponseError("BUSY Redis is busy running a script"),
+    ConnectionResetError(104, "Connection reset by peer"),
+]
+OPERATIONS = {
+    "issue": lambda store: store.issue(new_refresh_token(), "alice"),
+    "owner_of": lambda store: store.owner_of(new_refresh_token()),
+    "revoke": lambda store: store.revoke(new_refresh_token()),
+    "tokens_of": lambda store: store.tokens_of("alice"),
+    "revoke_all": lambda store: store.revoke_all("alice"),
+    "revoke_digest": lambda store: store.revoke_digest("abcdef12"),
+    "count": lambda store: store.count(),
+    "ping": lambda store: store.ping(),
+}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("error", ERRORS, ids=lambda error: type(error).__name__)
+def test_every_redis_failure_is_store_unavailable(store, monkeypatch, operation, error):
+    store.ping()  # connected: the failure comes with the reply
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(AbstractConnection, "read_response", fail)
+    with pytest.raises(StoreUnavailableError, match=type(error).__name__):
+        OPERATIONS[operation](store)
+
+
+def test_read_only_replica_refuses_writes_as_unavailable(redis_server):
+    server = redis_server()
+    store = open_store(server.url, timeout=2)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    stopped = redis_server()
+    stopped.stop()
+    with server.client() as client:
+        client.replicaof("127.0.0.1", stopped.port)  # a replica of nobody: read-only
+        try:
+            with pytest.raises(StoreUnavailableError, match="ReadOnlyError"):
+                store.issue(new_refresh_token(), "alice")
+            with pytest.raises(StoreUnavailableError, match="ReadOnlyError"):
+                store.revoke(token)
+            assert store.owner_of(token) == "alice"  # reads still answer
+        finally:
+            client.replicaof("no", "one")
+    assert store.revoke(token) is True
+    store.close()
+
+
+def test_frozen_redis_answers_within_one_timeout_not_many(redis_server):
+    server = redis_server()
+    store = open_store(server.url, timeout=0.5)
+    token = new_refresh_token()
+    store.issue(token, "alice")  # a pooled connection, which the freeze leaves open
+    server.freeze()
+    try:
+        for operation in OPERATIONS.values():
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+                operation(store)
+            assert 0.4 < time.monotonic() - started < 1.0
+    finally:
+        server.thaw()
+    assert store.owner_of(token) == "alice"  # and it answers again, with no reopening
+    store.close()
+
+
+def test_restarted_redis_is_used_again_from_the_first_call(redis_server):
+    server = redis_server("--appendonly", "yes")
+    store = open_store(server.url, timeout=1)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    server.stop()
+    with pytest.raises(StoreUnavailableError):
+        store.owner_of(token)
+    server.start()
+    assert store.owner_of(token) == "alice"
+    store.close()
+
+
+def test_pooled_connections_survive_a_restart_between_calls(redis_server):
+    # a restart while no call is running: every pooled connection is dead, none may fail a call
+    server = redis_server("--appendonly", "yes")
+    store = open_store(server.url, timeout=1)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    server.stop()
+    server.start()
+    for _ in range(3):
+        assert store.owner_of(token) == "alice"
+    assert store.revoke(token) is True  # its scripts are loaded again into the new process
+    store.close()
+
+
+def test_error_messages_never_show_the_password(redis_server):
+    server = redis_server()
+    server.stop()
+    store = open_store(f"redis://user:hunter2-secret@127.0.0.1:{server.port}/3", timeout=1)
+    with pytest.raises(StoreUnavailableError) as raised:
+        store.ping()
+    assert "hunter2" not in str(raised.value)
+    assert f"127.0.0.1:{server.port} db 3" in str(raised.value)
+
+
+def test_timeouts_come_from_the_settings(tmp_path, redis_url):
+    app = create_app(
+        {
+            "INSTANCE_PATH": str(tmp_path),
+            "TOKEN_STORE_URL": redis_url,
+            "TOKEN_STORE_TIMEOUT": "0.7",
+            "TOKEN_STORE_CONNECT_TIMEOUT": "0.3",
+        }
+    )
+    store = app.extensions["token_store"]
+    store.ping()
+    options = store._open().client.connection_pool.connection_kwargs
+    assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.7, 0.3)
+    assert store._open().client.connection_pool.connection_kwargs["retry"].get_retries() == 0
+    store.close()
+    default = RedisTokenStore(redis_url, timeout=0.7)
+    assert default.connect_timeout == 0.7
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:notaport/0", "redis://127.0.0.1:6379/x"])
+def test_unusable_redis_url_refuses_to_start(tmp_path, url):
+    with pytest.raises(ConfigError, match="TOKEN_STORE_URL is not a usable Redis URL"):
+        create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": url})
+
+
+def test_unix_socket_url(redis_server, tmp_path):
+    socket_path = tmp_path / "redis.sock"
+    redis_server("--unixsocket", str(socket_path), "--unixsocketperm", "700")
+    store = open_store(f"unix://{socket_path}?db=2", timeout=1)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    assert store.owner_of(token) == "alice"
+    store.close()
+
+
+def test_rediss_url_speaks_tls(redis_server, tmp_path):
+    require_tool(bool(which("openssl")), "openssl", "apt-get install openssl")
+    ca, cert, key = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    ca_key = tmp_path / "ca-key.pem"
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=30)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test ca",
+            "-keyout", str(ca_key), "-out", str(ca))  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+            "-keyout", str(key), "-out", str(tmp_path / "cert.csr"))  # fmt: skip
+    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", str(tmp_path / "cert.csr"), "-CA", str(ca), "-CAkey",
+            str(ca_key), "-CAcreateserial", "-days", "1", "-extfile", str(tmp_path / "san.cnf"),
+            "-out", str(cert))  # fmt: skip
+    server = redis_server(tls=(ca, cert, key))
+    store = open_store(server.url, timeout=2)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    assert store.owner_of(token) == "alice"
+    store.close()
+    untrusting = open_store(f"rediss://127.0.0.1:{server.port}/0", timeout=2)
+    with pytest.raises(StoreUnavailableError, match="certificate verify failed"):
+        untrusting.ping()
+    with pytest.raises(StoreUnavailableError):  # plain text to a TLS port
+        open_store(f"redis://127.0.0.1:{server.port}/0", timeout=1).ping()
+
+
+def test_the_store_uses_no_other_redis_database(redis_server):
+    server = redis_server()
+    store = open_store(server.url.replace("/0", "/5"), timeout=1)
+    store.issue(new_refresh_token(), "alice")
+    with (
+        redis.Redis("127.0.0.1", server.port, 0) as db0,
+        redis.Redis("127.0.0.1", server.port, 5) as db5,
+    ):
+        assert db0.dbsize() == 0
+        assert db5.dbsize() == 3
+    store.close()
