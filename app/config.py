@@ -236,6 +236,7 @@ class Settings:
                 raise ConfigError("TOKEN_STORE_URL needs a file path: sqlite:///<path>")
             return
         if url.startswith(("redis://", "rediss://", "unix://")):
+            _check_redis_url(url)
             return
         raise ConfigError(
             "TOKEN_STORE_URL must start with sqlite:///, redis://, rediss:// or unix://"
@@ -254,6 +255,19 @@ class Settings:
         return replace(
             self, instance_path=instance_path, token_store_url=store_url, signing_secret=secret
         )
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse a Redis URL that redis-py cannot use (bad port, non-numeric database)."""
+    from redis.connection import parse_url  # only deployments on Redis need redis-py
+
+    try:
+        parse_url(url)
+        database = urlsplit(url).path.strip("/")
+        if url.startswith(("redis://", "rediss://")) and database and not database.isdigit():
+            raise ValueError(f"the database must be a number, got {database!r}")
+    except ValueError as error:
+        raise ConfigError(f"TOKEN_STORE_URL is not a usable Redis URL: {error}") from None
 
 
 def load_or_create_secret(instance_path: str) -> str:

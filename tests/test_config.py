@@ -59,6 +59,8 @@ def test_overrides_win_over_the_environment(monkeypatch):
         ("TRUSTED_PROXY_HOPS", "-1", "TRUSTED_PROXY_HOPS must be between 0 and 10"),
         ("TOKEN_STORE_URL", "mysql://x", "TOKEN_STORE_URL must start with"),
         ("TOKEN_STORE_URL", "sqlite:///:memory:", "TOKEN_STORE_URL needs a file path"),
+        ("TOKEN_STORE_URL", "redis://127.0.0.1:notaport/0", "not a usable Redis URL"),
+        ("TOKEN_STORE_URL", "redis://127.0.0.1:6379/x", "not a usable Redis URL"),
         ("TOKEN_STORE_TIMEOUT", "nan", "TOKEN_STORE_TIMEOUT must be between"),
         ("TOKEN_STORE_TIMEOUT", "soon", "TOKEN_STORE_TIMEOUT must be a number of seconds"),
         ("LOG_LEVEL", "LOUD", "LOG_LEVEL must be one of"),

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -28,7 +27,6 @@ from redis.commands.core import Script
 from redis.connection import parse_url
 from redis.retry import Retry
 
-from app.config import ConfigError
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     RefreshTokenStore,
@@ -111,13 +109,7 @@ class RedisTokenStore(RefreshTokenStore):
     """
 
     def __init__(self, url: str, timeout: float, connect_timeout: float | None = None) -> None:
-        try:
-            options = parse_url(url)
-            database = urlsplit(url).path.strip("/")
-            if url.startswith(("redis://", "rediss://")) and database and not database.isdigit():
-                raise ValueError(f"the database must be a number, got {database!r}")
-        except ValueError as error:
-            raise ConfigError(f"TOKEN_STORE_URL is not a usable Redis URL: {error}") from None
+        options = parse_url(url)  # checked by Settings at start-up
         self.url = url
         self.timeout = timeout
         self.connect_timeout = timeout if connect_timeout is None else connect_timeout

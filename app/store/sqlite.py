@@ -151,4 +151,6 @@ class SQLiteTokenStore(RefreshTokenStore):
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.01)
-        os.chmod(self.path, 0o600)
+        for path in (self.path, self.path + "-wal", self.path + "-shm"):
+            if os.path.exists(path):
+                os.chmod(path, 0o600)  # tokens are digests, but usernames are personal data
