@@ -15,6 +15,8 @@ TOKEN_IN_PATH = re.compile(
 )
 #: A JWT (access or cookie token), wherever it appears: a query string, a referer.
 JWT = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
+#: OAuth values in a query string: the authorization code is a credential for a minute.
+OAUTH_PARAMETER = re.compile(r"([?&](?:code|state|access_token|refresh_token|id_token)=)[^&\s\"]*")
 #: Anything shaped like a refresh token: 42 letters and digits standing alone.
 REFRESH_TOKEN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{42}(?![A-Za-z0-9])")
 #: Request headers that carry credentials, as gunicorn names their atoms.
@@ -23,8 +25,9 @@ FORMAT_ATOM = re.compile(r"%\(([^)]+)\)")
 
 
 def redact(text: str) -> str:
-    """Return ``text`` with refresh tokens and JWTs replaced by ``<redacted>``."""
+    """Return ``text`` with refresh tokens, JWTs and OAuth codes replaced by ``<redacted>``."""
     text = TOKEN_IN_PATH.sub(r"\1" + REDACTED, text)
+    text = OAUTH_PARAMETER.sub(r"\1" + REDACTED, text)
     text = JWT.sub(REDACTED, text)
     return REFRESH_TOKEN.sub(REDACTED, text)
 

@@ -157,28 +157,51 @@ def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
             process.wait(timeout)
 
 
+def listening_socket() -> socket.socket:
+    """Return a socket listening on a port of 127.0.0.1 that the kernel picked.
+
+    Handed to a server as an inherited descriptor, the port is never free for
+    another process to take between choosing it and binding it.
+    """
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    listener.set_inheritable(True)
+    return listener
+
+
 @dataclass
 class Gunicorn:
-    """A real gunicorn serving wsgi:app on a loopback port."""
+    """A real gunicorn serving wsgi:app on a loopback port it inherits, already bound."""
 
     env: dict[str, str]
     workers: int
     log_path: Path
-    port: int = field(default_factory=free_port)
+    listener: socket.socket = field(default_factory=listening_socket)
     process: subprocess.Popen | None = None
+
+    @property
+    def port(self) -> int:
+        return self.listener.getsockname()[1]
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20) -> Gunicorn:
+        descriptor = self.listener.fileno()
         command = [
             sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
-            "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers), "wsgi:app",
+            "-b", f"fd://{descriptor}", "-w", str(self.workers), "wsgi:app",
         ]  # fmt: skip
         self.log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
+            command,
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(descriptor,),
         )
         wait_until(self._ready, timeout, f"gunicorn on port {self.port}")
         return self
@@ -198,10 +221,12 @@ class Gunicorn:
         return [int(pid) for pid in children.read_text().split()]
 
     def stop(self) -> None:
+        """Stop gunicorn and close the port, so that a client is refused, not left waiting."""
         if self.process is not None:
             stop_process(self.process)
             self.process = None
             self.log.close()
+        self.listener.close()
 
 
 @pytest.fixture
@@ -209,15 +234,15 @@ def gunicorn_server(tmp_path: Path) -> Iterator[Callable[..., Gunicorn]]:
     """Return a starter of real gunicorn servers; every one is stopped afterwards."""
     started: list[Gunicorn] = []
 
-    def start(env: dict[str, str] | None = None, workers: int = 3, **kwargs: Any) -> Gunicorn:
+    def start(env: dict[str, str] | None = None, workers: int = 3, *, run: bool = True) -> Gunicorn:
         base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
         base.update({"INSTANCE_PATH": str(tmp_path / "instance"), "LOG_LEVEL": "WARNING"})
         if "TOKEN_STORE_URL" in os.environ:
             base["TOKEN_STORE_URL"] = os.environ["TOKEN_STORE_URL"]
         base.update(env or {})
-        server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log", **kwargs)
+        server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log")
         started.append(server)
-        return server.start()
+        return server.start() if run else server  # run=False: the port is known, start later
 
     yield start
     for server in started:

@@ -24,6 +24,10 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJ1c2VybmFtZSI6ImEifQ.c2lnbmF0dXJl"
             f"GET /user-accessible?access_token={JWT} HTTP/1.1",
             "GET /user-accessible?access_token=<redacted> HTTP/1.1",
         ),
+        (
+            "GET /auth/corp/callback?code=O0glCE-x_1&state=Xcgs&iss=http%3A%2F%2Fid HTTP/1.1",
+            "GET /auth/corp/callback?code=<redacted>&state=<redacted>&iss=http%3A%2F%2Fid HTTP/1.1",
+        ),
         ("GET /healthz HTTP/1.1", "GET /healthz HTTP/1.1"),
         ("POST /token HTTP/1.1", "POST /token HTTP/1.1"),
     ],

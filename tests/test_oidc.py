@@ -43,11 +43,11 @@ def deployment(gunicorn_server, signing_secret) -> Iterator[Deployment]:
     """A provider that knows our callback, and gunicorn configured for that provider."""
     reason = node_unavailable_reason()
     require_tool(reason is None, "node and the oidc-provider package", str(reason))
-    app_port = free_port()
-    callback = f"http://127.0.0.1:{app_port}/auth/local/callback"
+    server = gunicorn_server(workers=2, run=False)  # its port is bound, so known, already
+    callback = f"{server.url}/auth/local/callback"
     provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [callback])
     try:
-        gunicorn_server(
+        server.env.update(
             {
                 "SIGNING_SECRET": signing_secret,
                 "OIDC_PROVIDERS": "local",
@@ -57,11 +57,10 @@ def deployment(gunicorn_server, signing_secret) -> Iterator[Deployment]:
                 "AUTH_COOKIE_SECURE": "false",
                 "COOKIE_TOKEN_LIFETIME": str(LIFETIME),
                 "LOGIN_REDIRECT_URL": "/api/v1/me",
-            },
-            workers=2,
-            port=app_port,
+            }
         )
-        yield Deployment(f"http://127.0.0.1:{app_port}", provider.issuer)
+        server.start()
+        yield Deployment(server.url, provider.issuer)
     finally:
         provider.stop()
 

@@ -16,7 +16,8 @@ from typing import Any
 import requests
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.flask_client import OAuth
-from flask import Blueprint, Flask, Response, current_app, redirect, url_for
+from flask import Blueprint, Flask, Request, Response, current_app, redirect, url_for
+from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from joserfc.errors import JoseError
 from werkzeug.exceptions import BadGateway, BadRequest, NotFound
 
@@ -31,6 +32,20 @@ PROVIDER_TIMEOUT = 10
 LOGIN_STATE_COOKIE = "login_state"
 
 
+class LoginStateSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed-cookie session, opened on the third-party login routes only.
+
+    Every other endpoint is session-less, and skips the cost of building a
+    signing serializer for a cookie it would never read.
+    """
+
+    def open_session(self, app: Flask, request: Request) -> SessionMixin | None:
+        # Flask opens the session before it routes the request: go by the path.
+        if not request.path.startswith(f"{bp.url_prefix}/"):
+            return self.make_null_session(app)
+        return super().open_session(app, request)
+
+
 def init_third_party_login(app: Flask, settings: Settings) -> None:
     """Register every configured OpenID Connect provider with Authlib."""
     secret = settings.signing_secret or ""
@@ -42,6 +57,7 @@ def init_third_party_login(app: Flask, settings: Settings) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=settings.auth_cookie_secure,
     )
+    app.session_interface = LoginStateSessionInterface()
     oauth = OAuth(app)
     for provider in settings.identity_providers:
         oauth.register(
