@@ -37,7 +37,19 @@ wrk.body = os.getenv("BENCH_BODY")
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")
 """,
     "get": "",
+    # one token after another from a file: more distinct tokens than the verified-token
+    # cache holds, so every request pays PyJWT's full verification
+    "get_many_bearers": """
+local tokens, next_index = {}, 1
+for line in io.lines(os.getenv("BENCH_TOKEN_FILE")) do tokens[#tokens + 1] = line end
+request = function()
+    next_index = next_index % #tokens + 1
+    return wrk.format(nil, nil, {["Authorization"] = "Bearer " .. tokens[next_index]})
+end
+""",
 }
+#: Distinct tokens of the cache-missing scenario: above VERIFIED_TOKEN_CACHE_SIZE (1024).
+MANY_TOKENS = 3000
 
 
 def free_port() -> int:
@@ -128,11 +140,22 @@ def main() -> int:
         floor, floor_url = start_gunicorn("floor_app:app", env, args.workers, ROOT / "bench")
         try:
             tokens = post_json(f"{service_url}/login", {"username": "alice"})
+            token_file = Path(instance) / "tokens.txt"
+            token_file.write_text(
+                "\n".join(
+                    post_json(f"{service_url}/login", {"username": f"u{n}"})["accessToken"]
+                    for n in range(MANY_TOKENS)
+                )
+            )
             scenarios = {
                 "floor: bare Flask GET": (f"{floor_url}/floor", "get", {}),
                 "GET /user-accessible": (
                     f"{service_url}/user-accessible", "get_bearer",
                     {"BENCH_TOKEN": tokens["accessToken"]},
+                ),
+                f"GET /user-accessible, {MANY_TOKENS} tokens": (
+                    f"{service_url}/user-accessible", "get_many_bearers",
+                    {"BENCH_TOKEN_FILE": str(token_file)},
                 ),
                 "POST /token (refresh)": (
                     f"{service_url}/token", "post_json",
@@ -159,12 +182,12 @@ def main() -> int:
         f"\n{args.workers} sync workers, {args.connections} connections, "
         f"{args.rounds} x {args.seconds}s per scenario, medians:\n"
     )
-    print(f"{'scenario':28} {'req/s':>9} {'vs floor':>9} {'p50 ms':>8} {'p99 ms':>8}  failures")
+    print(f"{'scenario':36} {'req/s':>9} {'vs floor':>9} {'p50 ms':>8} {'p99 ms':>8}  failures")
     for name, runs in results.items():
         rps = statistics.median(run["rps"] for run in runs)
         failures = sum(run["non_2xx"] for run in runs)
         print(
-            f"{name:28} {rps:9.0f} {rps / floor_rps:9.2f} "
+            f"{name:36} {rps:9.0f} {rps / floor_rps:9.2f} "
             f"{statistics.median(run['p50'] for run in runs):8.2f} "
             f"{statistics.median(run['p99'] for run in runs):8.2f}  "
             f"{failures} non-2xx {' '.join(run['socket_errors'] for run in runs).strip()}"
