@@ -27,6 +27,16 @@ def call(client, endpoint, headers=None):
     return getattr(client, method)(path, headers=headers or {}, **body)
 
 
+def reserve_with_raw_json_count(client, raw: str):
+    """Book with ``guestsCount`` written exactly as ``raw`` in the JSON text."""
+    return client.post(
+        "/restaurant-reservation",
+        headers=bearer(login(client)["accessToken"]),
+        data='{"guestsCount": ' + raw + "}",
+        content_type="application/json",
+    )
+
+
 # --- success -------------------------------------------------------------------------
 
 
@@ -100,13 +110,7 @@ def test_reservation_echoes_guests_count_as_a_number(client, body_kind, sent, ec
     ("raw", "echoed"), [("1e3", "1000"), ("4.0", "4"), ("-0.0", "0"), ("2.50", "2.5")]
 )
 def test_reservation_echoes_json_numbers_as_javascript_would(client, raw, echoed):
-    tokens = login(client)
-    response = client.post(
-        "/restaurant-reservation",
-        headers=bearer(tokens["accessToken"]),
-        data='{"guestsCount": ' + raw + "}",
-        content_type="application/json",
-    )
+    response = reserve_with_raw_json_count(client, raw)
     assert response.data.rstrip().endswith(b'"guestsCount":' + echoed.encode() + b"}")
 
 
@@ -140,14 +144,7 @@ def test_reservation_bad_guests_count_is_400(client, body, message):
 
 @pytest.mark.parametrize("raw", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_reservation_non_finite_json_number_is_400(client, raw):
-    tokens = login(client)
-    response = client.post(
-        "/restaurant-reservation",
-        headers=bearer(tokens["accessToken"]),
-        data='{"guestsCount": ' + raw + "}",
-        content_type="application/json",
-    )
-    assert response.status_code == 400
+    assert reserve_with_raw_json_count(client, raw).status_code == 400
 
 
 @pytest.mark.parametrize("raw", ["two", "", " 2", "2 ", "1e3", "0x10", "+2", "2.", ".5", "nan"])

@@ -16,6 +16,7 @@ from app.store import StoreUnavailableError, open_store, token_digest
 from app.store.redis import RedisTokenStore
 from app.tokens import new_refresh_token
 from tests.conftest import require_tool, which
+from tests.test_store import OPERATIONS
 
 pytestmark = pytest.mark.redis
 
@@ -61,16 +62,6 @@ ERRORS = [
     exceptions.ResponseError("BUSY Redis is busy running a script"),
     ConnectionResetError(104, "Connection reset by peer"),
 ]
-OPERATIONS = {
-    "issue": lambda store: store.issue(new_refresh_token(), "alice"),
-    "owner_of": lambda store: store.owner_of(new_refresh_token()),
-    "revoke": lambda store: store.revoke(new_refresh_token()),
-    "tokens_of": lambda store: store.tokens_of("alice"),
-    "revoke_all": lambda store: store.revoke_all("alice"),
-    "revoke_digest": lambda store: store.revoke_digest("abcdef12"),
-    "count": lambda store: store.count(),
-    "ping": lambda store: store.ping(),
-}
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
