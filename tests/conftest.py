@@ -211,8 +211,8 @@ class Gunicorn:
         if self.process.poll() is not None:
             raise RuntimeError(f"gunicorn exited: {self.log_path.read_text()[-2000:]}")
         try:
-            return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
-        except requests.ConnectionError:
+            return requests.get(f"{self.url}/healthz", timeout=3).status_code == 200
+        except requests.RequestException:  # refused, or too slow on a loaded machine
             return False
 
     def worker_pids(self) -> list[int]:
@@ -247,6 +247,12 @@ def gunicorn_server(tmp_path: Path) -> Iterator[Callable[..., Gunicorn]]:
     yield start
     for server in started:
         server.stop()
+
+
+def fresh(method: str, url: str, **kwargs: Any) -> requests.Response:
+    """Send one request on a new connection, so gunicorn may pick any worker."""
+    with requests.Session() as session:
+        return session.request(method, url, timeout=15, **kwargs)
 
 
 def which(program: str) -> str | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from tests.conftest import login, wait_until
+from tests.conftest import fresh, login, wait_until
 from tests.redis_server import DURABLE
 
 #: TOKEN_STORE_TIMEOUT's default: what an operator who sets nothing gets.
@@ -21,12 +21,6 @@ DEFAULT_TIMEOUT = 2.0
 SLACK = 1.0
 #: Longest wait for the service to serve again once Redis is back.
 RECOVERY_BOUND = 10.0
-
-
-def fresh(method: str, url: str, **kwargs) -> requests.Response:
-    """Send one request on a new connection, so gunicorn may pick any worker."""
-    with requests.Session() as session:
-        return session.request(method, url, timeout=15, **kwargs)
 
 
 def assert_store_unavailable(response: requests.Response) -> None:

@@ -9,17 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import jwt
 import pytest
-import requests
+
+from tests.conftest import fresh
 
 pytestmark = pytest.mark.gunicorn
 
 CYCLES = 200
-
-
-def fresh(method: str, url: str, **kwargs) -> requests.Response:
-    """Send one request on a new connection, so gunicorn may pick any worker."""
-    with requests.Session() as session:
-        return session.request(method, url, timeout=10, **kwargs)
 
 
 def login_cycle(url: str, username: str) -> None:

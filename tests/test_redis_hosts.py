@@ -5,17 +5,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import requests
+
+from tests.conftest import fresh
 
 pytestmark = [pytest.mark.redis, pytest.mark.gunicorn]
 
 USERS = 40
-
-
-def fresh(method: str, url: str, **kwargs) -> requests.Response:
-    """Send one request on a new connection, so gunicorn may pick any worker."""
-    with requests.Session() as session:
-        return session.request(method, url, timeout=10, **kwargs)
 
 
 @pytest.fixture
