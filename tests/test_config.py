@@ -145,3 +145,15 @@ def test_gunicorn_config_binds_the_port_setting():
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
     )
     assert result.stdout.strip() == "['0.0.0.0:9123'] 3"
+
+
+@pytest.mark.parametrize(
+    ("in_ci", "outcome"), [(False, pytest.skip.Exception), (True, pytest.fail.Exception)]
+)
+def test_a_missing_server_program_skips_on_a_laptop_and_fails_in_ci(monkeypatch, in_ci, outcome):
+    import tests.conftest
+
+    monkeypatch.setattr(tests.conftest, "IN_CI", in_ci)
+    with pytest.raises(outcome, match="install it with: apt-get install nginx"):
+        tests.conftest.require_tool(False, "nginx", "apt-get install nginx")
+    tests.conftest.require_tool(True, "nginx", "apt-get install nginx")  # present: no effect

@@ -40,6 +40,16 @@ def test_every_setting_is_in_the_configuration_table():
         assert f"| `{name}` |" in README, name
 
 
+def test_example_env_file_names_every_setting_and_parses():
+    text = (ROOT / "deploy" / "token-service.env.example").read_text()
+    for setting in fields(Settings):
+        assert re.search(rf"^#?{setting.metadata['env']}=", text, re.M), setting.metadata["env"]
+    values = dict(
+        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    Settings.from_env(values)  # every uncommented value is one the service starts with
+
+
 @pytest.mark.gunicorn
 def test_walkthrough_runs_against_gunicorn(gunicorn_server):
     require_tool(bool(which("curl") and which("jq")), "curl and jq", "apt-get install curl jq")
