@@ -10,6 +10,7 @@ from werkzeug.routing import BaseConverter
 
 from app.request_body import optional_string, read_fields, required_string
 from app.store import get_store, token_digest
+from app.store.base import DIGEST_PREFIX_LENGTH
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
 
 bp = Blueprint("auth", __name__)
@@ -73,7 +74,8 @@ def forbid_caching(response: Response) -> Response:
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
     known = get_store().revoke(refresh_token)
-    current_app.logger.info("revoke: digest=%s known=%s", token_digest(refresh_token)[:12], known)
+    digest = token_digest(refresh_token)[:DIGEST_PREFIX_LENGTH]
+    current_app.logger.info("revoke: digest=%s known=%s", digest, known)
     response = Response(status=204)
     del response.headers["Content-Type"]  # no body, so no media type
     return response
