@@ -1,5 +1,11 @@
 """The WSGI entry point gunicorn loads: ``gunicorn -c gunicorn.conf.py wsgi:app``."""
 
-from app import create_app
+import sys
 
-app = create_app()
+from app import create_app
+from app.config import ConfigError
+
+try:
+    app = create_app()
+except ConfigError as error:  # one clear line, for `flask` commands as for gunicorn workers
+    sys.exit(f"configuration error: {error}")

@@ -54,8 +54,17 @@ def count_command() -> None:
         click.echo(get_store().count())
 
 
+def valid_username(context: click.Context, parameter: click.Parameter, value: str) -> str:
+    """Refuse a username the shell passed in bytes that are not UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise click.BadParameter("not valid UTF-8", context, parameter) from None
+    return value
+
+
 @tokens.command("list")
-@click.argument("username")
+@click.argument("username", callback=valid_username)
 def list_command(username: str) -> None:
     """List USERNAME's refresh tokens, oldest first: digest prefix and issue time (UTC)."""
     with store_errors():
@@ -67,7 +76,7 @@ def list_command(username: str) -> None:
 
 
 @tokens.command("revoke-user")
-@click.argument("username")
+@click.argument("username", callback=valid_username)
 def revoke_user_command(username: str) -> None:
     """Revoke every refresh token of USERNAME (access tokens live on until they expire)."""
     with store_errors():

@@ -265,9 +265,12 @@ def _check_redis_url(url: str) -> None:
         parse_url(url)
         database = urlsplit(url).path.strip("/")
         if url.startswith(("redis://", "rediss://")) and database and not database.isdigit():
-            raise ValueError(f"the database must be a number, got {database!r}")
-    except ValueError as error:
-        raise ConfigError(f"TOKEN_STORE_URL is not a usable Redis URL: {error}") from None
+            raise ValueError("the database must be a number")
+    except ValueError:  # redis-py's message may quote part of the password: not shown
+        raise ConfigError(
+            "TOKEN_STORE_URL is not a usable Redis URL: check the host, the port, the database"
+            " number, and that a password with / : @ is percent-encoded"
+        ) from None
 
 
 def load_or_create_secret(instance_path: str) -> str:

@@ -1,0 +1,155 @@
+"""What the login checks in a provider's answers: a hostile provider must not log anyone in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from app.views.oauth import MAX_USER_FIELD_LENGTH
+from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
+
+
+@pytest.fixture
+def provider() -> Iterator[HostileProvider]:
+    provider = HostileProvider()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def browser(make_app, provider) -> FlaskClient:
+    return make_app(
+        OIDC_PROVIDERS="evil",
+        OIDC_EVIL_ISSUER=provider.issuer,
+        OIDC_EVIL_CLIENT_ID=CLIENT_ID,
+        OIDC_EVIL_CLIENT_SECRET=CLIENT_SECRET,
+        AUTH_COOKIE_SECURE="false",
+    ).test_client()
+
+
+def start_login(browser: FlaskClient):
+    return browser.get("/auth/evil/login")
+
+
+def finish_login(browser: FlaskClient, login_response):
+    """Let the provider answer the authorization request, then call our callback."""
+    answer = requests.get(login_response.headers["Location"], allow_redirects=False, timeout=5)
+    callback = urlsplit(answer.headers["Location"])
+    return browser.get(f"{callback.path}?{callback.query}")
+
+
+def log_in(browser: FlaskClient):
+    return finish_login(browser, start_login(browser))
+
+
+def assert_refused(browser: FlaskClient, response, status: int = 400) -> None:
+    assert response.status_code == status, response.data
+    assert response.mimetype == "application/json"
+    assert browser.get_cookie("jwt") is None
+    assert browser.get("/api/v1/me").status_code == 401
+
+
+def test_a_correct_provider_logs_in_with_bodiless_redirects(browser):
+    started = start_login(browser)
+    assert (started.status_code, started.data) == (302, b"")
+    assert "Content-Type" not in started.headers
+    response = finish_login(browser, started)
+    assert (response.status_code, response.data) == (302, b"")
+    assert "Content-Type" not in response.headers
+    assert response.headers["Location"] == "/api/v1/me"
+    assert browser.get("/api/v1/me").get_json() == {
+        "source": "evil",
+        "id": "alice",
+        "shownName": "Alice Example",
+    }
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"aud": "someone-else", "azp": CLIENT_ID},
+        {"aud": ["someone-else", "third"], "azp": CLIENT_ID},
+        {"aud": None},
+        {"iss": "http://evil.example"},
+        {"iss": None},
+        {"sub": ""},
+        {"sub": None},
+        {"sub": 12345},
+        {"sub": "x" * (MAX_USER_FIELD_LENGTH + 1)},
+        {"nonce": "not-the-one-we-sent"},
+        {"nonce": None},
+        {"exp": 1_000_000_000},
+    ],
+    ids=repr,
+)
+def test_id_token_with_a_bad_claim_is_refused(browser, provider, claims):
+    provider.claim_changes = claims
+    assert_refused(browser, log_in(browser))
+
+
+@pytest.mark.parametrize("signing", ["none", "HS256"])
+def test_unsigned_or_client_secret_signed_id_token_is_refused_even_if_advertised(
+    browser, provider, signing
+):
+    provider.discovery_changes = {"id_token_signing_alg_values_supported": [signing, "RS256"]}
+    provider.signing = signing
+    assert_refused(browser, log_in(browser))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"issuer": "http://127.0.0.1:1"}, {"issuer": None}, {"jwks_uri": None}, {"token_endpoint": 5}],
+    ids=repr,
+)
+def test_unusable_discovery_is_502_and_not_cached(browser, provider, changes):
+    provider.discovery_changes = changes
+    response = start_login(browser)
+    assert response.status_code == 502
+    assert response.get_json() == {
+        "message": "identity provider sent an unusable discovery document"
+    }
+    provider.discovery_changes = {}  # the provider is fixed: the next login works
+    assert log_in(browser).status_code == 302
+
+
+@pytest.mark.parametrize("body", [b"<html>oops</html>", b"[]", b"{}"])
+def test_discovery_that_is_not_a_document_is_502(browser, provider, body):
+    provider.discovery_body = body
+    assert start_login(browser).status_code == 502
+
+
+def test_long_display_name_is_cut_to_fit_the_cookie(browser, provider):
+    provider.claim_changes = {"name": "N" * 6000}
+    response = log_in(browser)
+    assert response.status_code == 302
+    assert len(response.headers["Set-Cookie"]) < 4096
+    assert browser.get("/api/v1/me").get_json()["shownName"] == "N" * MAX_USER_FIELD_LENGTH
+
+
+def test_many_unfinished_logins_keep_the_state_cookie_small(browser):
+    for _ in range(25):
+        response = start_login(browser)
+        assert len(response.headers["Set-Cookie"]) < 1500
+    assert finish_login(browser, start_login(browser)).status_code == 302  # the newest works
+
+
+def test_callback_without_login_state_is_400(browser):
+    response = browser.get("/auth/evil/callback?code=abc&state=forged")
+    assert_refused(browser, response)
+    assert response.get_json()["message"].startswith("login failed: mismatching_state")
+
+
+def test_callback_with_provider_error_is_400_and_forgets_that_login(browser):
+    started = start_login(browser)
+    state = dict(
+        pair.split("=") for pair in urlsplit(started.headers["Location"]).query.split("&")
+    )["state"]
+    response = browser.get(f"/auth/evil/callback?error=access_denied&state={state}")
+    assert_refused(browser, response)
+    assert response.get_json() == {"message": "login failed: access_denied"}
+    replay = browser.get(f"/auth/evil/callback?code=x&state={state}")
+    assert replay.get_json()["message"].startswith("login failed: mismatching_state")
