@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, Response
 
 
 def register_blueprints(app: Flask) -> None:
@@ -14,3 +14,10 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(me.bp)
     app.register_blueprint(oauth.bp)
     app.register_blueprint(ops.bp)
+
+
+def bodiless(status: int, **headers: str) -> Response:
+    """Return a response with no body, hence no Content-Type (204, or a bare redirect)."""
+    response = Response(status=status, headers=headers)
+    del response.headers["Content-Type"]
+    return response

@@ -12,6 +12,7 @@ from app.request_body import optional_string, read_fields, required_string
 from app.store import get_store, token_digest
 from app.store.base import DIGEST_PREFIX_LENGTH
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
+from app.views import bodiless
 
 bp = Blueprint("auth", __name__)
 
@@ -76,9 +77,7 @@ def revoke(refresh_token: str) -> Response:
     known = get_store().revoke(refresh_token)
     digest = token_digest(refresh_token)[:DIGEST_PREFIX_LENGTH]
     current_app.logger.info("revoke: digest=%s known=%s", digest, known)
-    response = Response(status=204)
-    del response.headers["Content-Type"]  # no body, so no media type
-    return response
+    return bodiless(204)
 
 
 def _role(username: str) -> str:

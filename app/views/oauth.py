@@ -23,6 +23,7 @@ from werkzeug.exceptions import BadGateway, BadRequest, NotFound
 
 from app.config import IdentityProvider, Settings
 from app.tokens import issue_cookie_token
+from app.views import bodiless
 
 bp = Blueprint("oauth", __name__, url_prefix="/auth")
 
@@ -96,7 +97,7 @@ def login(provider: str) -> Response:
         response = client.authorize_redirect(_callback_url(provider))
     except requests.RequestException as error:
         raise _provider_unreachable(provider, error) from None
-    return _redirect(response.headers["Location"])
+    return bodiless(302, Location=response.headers["Location"])
 
 
 @bp.get("/<provider>/callback")
@@ -123,7 +124,7 @@ def callback(provider: str) -> Response:
     settings = current_app.config["SETTINGS"]
     cookie_token = issue_cookie_token(user, settings.signing_secret, settings.cookie_token_lifetime)
     current_app.logger.info("third-party login: provider=%s id=%r", provider, user["id"])
-    response = _redirect(settings.login_redirect_url)
+    response = bodiless(302, Location=settings.login_redirect_url)
     response.set_cookie(
         settings.auth_cookie_name,
         cookie_token,
@@ -140,8 +141,7 @@ def callback(provider: str) -> Response:
 def logout() -> Response:
     """Clear the cookie token; 204 whether or not one was set."""
     settings = current_app.config["SETTINGS"]
-    response = Response(status=204)
-    del response.headers["Content-Type"]
+    response = bodiless(204)
     response.delete_cookie(
         settings.auth_cookie_name,
         path="/",
@@ -204,13 +204,6 @@ def _user(provider: str, claims: dict[str, Any] | None) -> dict[str, str]:
         "id": subject,
         "shownName": _shown_name(claims)[:MAX_USER_FIELD_LENGTH],
     }
-
-
-def _redirect(location: str) -> Response:
-    """Return a 302 to ``location`` with no body (Flask's has an HTML one)."""
-    response = Response(status=302, headers={"Location": location})
-    del response.headers["Content-Type"]
-    return response
 
 
 def _callback_url(provider: str) -> str:
