@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from flask import current_app
+
 #: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
 MIN_SECRET_BYTES = 32
 #: Largest request body the service reads, in bytes (DESIGN.md: 16 KiB).
@@ -255,6 +257,11 @@ class Settings:
         return replace(
             self, instance_path=instance_path, token_store_url=store_url, signing_secret=secret
         )
+
+
+def current_settings() -> Settings:
+    """Return the settings of the app handling the current request or command."""
+    return current_app.config["SETTINGS"]  # type: ignore[no-any-return]  (set by create_app)
 
 
 def _check_redis_url(url: str) -> None:

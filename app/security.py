@@ -7,9 +7,10 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from flask import current_app, g, request
+from flask import g, request
 from werkzeug.exceptions import Forbidden, Unauthorized
 
+from app.config import current_settings
 from app.errors import unauthenticated
 from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
 
@@ -28,7 +29,7 @@ def bearer_token() -> str | None:
 
 def cookie_token() -> str | None:
     """Return the token held in the auth cookie, if any."""
-    return request.cookies.get(current_app.config["SETTINGS"].auth_cookie_name) or None
+    return request.cookies.get(current_settings().auth_cookie_name) or None
 
 
 def authenticate(
@@ -40,7 +41,7 @@ def authenticate(
     token = extract()
     if token is not None:
         try:
-            return verify(token, current_app.config["SETTINGS"].signing_secret)
+            return verify(token, current_settings().signing_secret)
         except InvalidTokenError:
             pass
     raise failure()

@@ -8,6 +8,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import BadRequest, Unauthorized
 from werkzeug.routing import BaseConverter
 
+from app.config import current_settings
 from app.request_body import optional_string, read_fields, required_string
 from app.store import get_store, token_digest
 from app.store.base import DIGEST_PREFIX_LENGTH
@@ -81,11 +82,11 @@ def revoke(refresh_token: str) -> Response:
 
 
 def _role(username: str) -> str:
-    return role_for(username, current_app.config["SETTINGS"].admin_username)
+    return role_for(username, current_settings().admin_username)
 
 
 def _access_token(username: str, role: str) -> str:
-    settings = current_app.config["SETTINGS"]
+    settings = current_settings()
     return issue_access_token(
         username, role, settings.signing_secret, settings.access_token_lifetime
     )

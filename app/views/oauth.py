@@ -21,7 +21,7 @@ from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from joserfc.errors import JoseError
 from werkzeug.exceptions import BadGateway, BadRequest, NotFound
 
-from app.config import IdentityProvider, Settings
+from app.config import IdentityProvider, Settings, current_settings
 from app.tokens import issue_cookie_token
 from app.views import bodiless
 
@@ -121,7 +121,7 @@ def callback(provider: str) -> Response:
         )
         raise BadRequest(f"login failed: {_reason(error)}") from None
     user = _user(provider, token.get("userinfo"))
-    settings = current_app.config["SETTINGS"]
+    settings = current_settings()
     cookie_token = issue_cookie_token(user, settings.signing_secret, settings.cookie_token_lifetime)
     current_app.logger.info("third-party login: provider=%s id=%r", provider, user["id"])
     response = bodiless(302, Location=settings.login_redirect_url)
@@ -140,7 +140,7 @@ def callback(provider: str) -> Response:
 @bp.post("/logout")
 def logout() -> Response:
     """Clear the cookie token; 204 whether or not one was set."""
-    settings = current_app.config["SETTINGS"]
+    settings = current_settings()
     response = bodiless(204)
     response.delete_cookie(
         settings.auth_cookie_name,
@@ -154,7 +154,7 @@ def logout() -> Response:
 
 def _client(provider: str) -> tuple[Any, dict[str, Any]]:
     """Return the Authlib client of a configured provider and its checked metadata."""
-    settings: Settings = current_app.config["SETTINGS"]
+    settings: Settings = current_settings()
     configured: IdentityProvider | None = settings.identity_provider(provider)
     if configured is None:
         raise NotFound("unknown identity provider")
@@ -207,7 +207,7 @@ def _user(provider: str, claims: dict[str, Any] | None) -> dict[str, str]:
 
 
 def _callback_url(provider: str) -> str:
-    public_url = current_app.config["SETTINGS"].public_url
+    public_url = current_settings().public_url
     if public_url:
         return public_url + url_for("oauth.callback", provider=provider)
     return url_for("oauth.callback", provider=provider, _external=True)
