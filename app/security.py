@@ -34,14 +34,15 @@ def cookie_token() -> str | None:
 
 def authenticate(
     extract: Callable[[], str | None],
-    verify: Callable[[str, str], dict[str, Any]],
+    verify: Callable[[str, str, int], dict[str, Any]],
     failure: Callable[[], Unauthorized],
 ) -> dict[str, Any]:
     """Return what ``verify`` makes of the token that ``extract`` finds, or raise ``failure()``."""
     token = extract()
     if token is not None:
         try:
-            return verify(token, current_settings().signing_secret)
+            settings = current_settings()
+            return verify(token, settings.signing_secret, settings.clock_skew)
         except InvalidTokenError:
             pass
     raise failure()

@@ -22,6 +22,8 @@ MAX_TOKEN_LENGTH = 8192
 
 #: Verified access tokens remembered per process (at most 8 KiB each, so at most 8 MiB).
 VERIFIED_TOKEN_CACHE_SIZE = 1024
+#: Seconds a token's ``iat`` (or ``nbf``) may lie in the future: hosts' clocks differ a little.
+DEFAULT_CLOCK_SKEW = 30
 
 ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
 #: The fields of the third-party user in a cookie token's ``sub``; each may be absent.
@@ -46,21 +48,27 @@ def issue_access_token(
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def verify_access_token(token: str, secret: str) -> dict[str, Any]:
+def verify_access_token(
+    token: str, secret: str, clock_skew: int = DEFAULT_CLOCK_SKEW
+) -> dict[str, Any]:
     """Return the claims of a valid access token, or raise InvalidTokenError."""
-    username, role, issued_at, expires_at = _verified_access_claims(token, secret)
+    username, role, issued_at, expires_at = _verified_access_claims(token, secret, clock_skew)
     # A cached verification must not outlive the token: expiry is checked every time.
     if time.time() >= expires_at:
         raise InvalidTokenError("token has expired")
     return {"username": username, "role": role, "iat": issued_at, "exp": expires_at}
 
 
+# A per-process cache is module state, which STYLE.md otherwise keeps out: it holds
+# only pure results (token text and key in, claims out), so it cannot leak between
+# apps or go stale, and it takes PyJWT's verification off most requests.
 @functools.lru_cache(maxsize=VERIFIED_TOKEN_CACHE_SIZE)
-def _verified_access_claims(token: str, secret: str) -> tuple[str, str, int, int]:
+def _verified_access_claims(token: str, secret: str, clock_skew: int) -> tuple[str, str, int, int]:
     # Clients send the same token for its whole lifetime, and PyJWT spends most of a
     # request's CPU on it; only tokens that verified are cached (a raise is not), keyed
-    # by the exact token text, so a forged or altered token never hits the cache.
-    claims = _decode(token, secret, required=ACCESS_TOKEN_CLAIMS)
+    # by the exact token text, so a forged or altered token never hits the cache. A
+    # cached iat stays acceptable: it only moves further into the past.
+    claims = _decode(token, secret, clock_skew, required=ACCESS_TOKEN_CLAIMS)
     username, role = claims["username"], claims["role"]
     if not isinstance(username, str) or not 0 < len(username) <= MAX_USERNAME_LENGTH:
         raise InvalidTokenError("username claim must be a non-empty string")
@@ -76,12 +84,14 @@ def issue_cookie_token(user: dict[str, str], secret: str, lifetime: int) -> str:
     return jwt.encode({"sub": user, "exp": int(time.time()) + lifetime}, secret, ALGORITHM)
 
 
-def verify_cookie_token(token: str, secret: str) -> dict[str, Any]:
+def verify_cookie_token(
+    token: str, secret: str, clock_skew: int = DEFAULT_CLOCK_SKEW
+) -> dict[str, Any]:
     """Return the user ``{source, id, shownName}`` of a valid cookie token, or raise."""
     # PyJWT 2.10 started to insist that ``sub`` is a string (RFC 7519); this token's
     # ``sub`` is an object by contract, so that one check is off here and nowhere else.
     # Signature, algorithm and expiry are still verified, and the type is checked below.
-    claims = _decode(token, secret, required=("sub", "exp"), verify_sub=False)
+    claims = _decode(token, secret, clock_skew, required=("sub", "exp"), verify_sub=False)
     user = claims["sub"]
     if not isinstance(user, dict):
         raise InvalidTokenError("sub claim must be an object")
@@ -98,22 +108,48 @@ def new_refresh_token() -> str:
 
 
 def _decode(
-    token: str, secret: str, *, required: tuple[str, ...], verify_sub: bool = True
+    token: str,
+    secret: str,
+    clock_skew: int,
+    *,
+    required: tuple[str, ...],
+    verify_sub: bool = True,
 ) -> dict[str, Any]:
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidTokenError("token is too long")
     try:
         # The algorithm is pinned: a token naming any other, "none" included, fails.
-        # No leeway: a token is expired from the second its exp names.
-        return jwt.decode(
+        # No leeway: a token is expired from the second its exp names. PyJWT's one
+        # leeway would stretch exp too, so iat and nbf are checked below instead.
+        claims = jwt.decode(
             token,
             secret,
             algorithms=[ALGORITHM],
-            options={"require": list(required), "verify_sub": verify_sub},
+            options={
+                "require": list(required),
+                "verify_sub": verify_sub,
+                "verify_iat": False,
+                "verify_nbf": False,
+            },
             leeway=0,
         )
     except jwt.InvalidTokenError as error:
         raise InvalidTokenError(str(error)) from None
+    _check_not_in_future(claims, clock_skew)
+    return claims
+
+
+def _check_not_in_future(claims: dict[str, Any], clock_skew: int) -> None:
+    """Refuse an ``iat`` or ``nbf`` more than ``clock_skew`` seconds ahead of this host."""
+    latest = time.time() + clock_skew
+    for name in ("iat", "nbf"):
+        if name not in claims:
+            continue
+        value = claims[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidTokenError(f"{name} claim must be a number")
+        if value > latest:
+            raise InvalidTokenError(f"{name} claim is in the future")
 
 
 def _is_integer(value: Any) -> bool:
