@@ -25,6 +25,8 @@ MAX_FORM_FIELDS = 32
 MAX_SAFE_INTEGER = 2**53 - 1
 #: A number as a form field may spell it: optional minus, digits, optional fraction.
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+#: Characters of a duplicate JSON key quoted back in the error message.
+MAX_SHOWN_KEY = 64
 
 
 def read_fields() -> dict[str, Any]:
@@ -46,7 +48,7 @@ def required_string(fields: dict[str, Any], name: str, max_length: int | None = 
     """Return the non-empty string field ``name``, or 400."""
     value = fields.get(name)
     if value is None:
-        raise BadRequest(f"{name} is required")
+        raise missing(fields, name)
     if not isinstance(value, str):
         raise BadRequest(f"{name} must be a string")
     if not value:
@@ -71,7 +73,7 @@ def required_number(fields: dict[str, Any], name: str) -> int | float:
     """Return the finite number field ``name`` (a decimal string in a form), or 400."""
     value = fields.get(name)
     if value is None:
-        raise BadRequest(f"{name} is required")
+        raise missing(fields, name)
     if isinstance(value, str) and request.mimetype == FORM:
         value = _decimal(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -81,6 +83,22 @@ def required_number(fields: dict[str, Any], name: str) -> int | float:
     if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
         return int(value)  # echoed as a JavaScript client wrote it: 1e3 and 4.0 are 1000 and 4
     return value
+
+
+def missing(fields: dict[str, Any], name: str) -> BadRequest:
+    """Return the 400 for a missing field, with a hint when a form body was JSON."""
+    if request.mimetype == FORM and _looks_like_json(fields):
+        return BadRequest(
+            f"{name} is required (the body looks like JSON: send it with "
+            "Content-Type: application/json; curl -d sends a form)"
+        )
+    return BadRequest(f"{name} is required")
+
+
+def _looks_like_json(fields: dict[str, Any]) -> bool:
+    # curl -d '{"username": "a"}' without a JSON Content-Type arrives as a form whose one
+    # field name is the whole JSON text, with an empty value.
+    return any(name.lstrip().startswith(("{", "[")) for name in fields)
 
 
 def _body() -> bytes:
@@ -111,6 +129,8 @@ def _check_unicode(name: str, value: str) -> None:
 def _json_object(data: bytes) -> dict[str, Any]:
     try:
         body = json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
+    except DuplicateKeyError as error:
+        raise BadRequest(f"duplicate key: {error.key}") from None
     except (ValueError, RecursionError):
         raise BadRequest("request body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -118,10 +138,22 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return body
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice: which value was meant is anyone's guess."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key: {key}")
+        self.key = key
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     body = dict(pairs)
     if len(body) != len(pairs):
-        raise ValueError("duplicate key")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key[:MAX_SHOWN_KEY])
+            seen.add(key)
     return body
 
 

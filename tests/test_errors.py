@@ -58,7 +58,8 @@ def test_wrong_method_is_405_json_with_allow(client, method, path, allow):
         ('"alice"', "request body must be a JSON object"),
         ("null", "request body must be a JSON object"),
         ("42", "request body must be a JSON object"),
-        ('{"username": "a", "username": "b"}', "request body is not valid JSON"),
+        ('{"username": "a", "username": "b"}', "duplicate key: username"),
+        ('{"a": {"x": 1, "x": 2}}', "duplicate key: x"),
         ('{"username": NaN}', "request body is not valid JSON"),
         ("[" * 5000 + "]" * 5000, "request body is not valid JSON"),
         (b"\xff\xfe\x00", "request body is not valid JSON"),
@@ -136,8 +137,8 @@ def test_healthz_and_readyz(client):
 
 
 def test_readyz_is_503_when_the_store_is_unreachable(make_app, tmp_path):
-    (tmp_path / "dir.sqlite3").mkdir()
     client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
+    (tmp_path / "dir.sqlite3").mkdir()  # after start-up, which refuses a folder at once
     assert_json_error(client.get("/readyz"), 503)
     assert client.get("/healthz").status_code == 200
 
@@ -201,3 +202,38 @@ def test_401_content_type_is_exactly_text_plain(client):
     assert client.get("/user-accessible").headers["Content-Type"] == "text/plain"
     response = client.post("/token", json={"username": "a", "refreshToken": "b"})
     assert response.headers["Content-Type"] == "text/plain"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/login", '{"username": "alice", "password": "x"}', "username"),
+        ("/token", '{"username": "alice", "refreshToken": "a=b&c"}', "username"),
+    ],
+)
+def test_json_sent_as_a_form_gets_a_hint(client, path, body, field):
+    # what curl -d '{...}' sends without -H 'Content-Type: application/json'
+    response = client.post(path, data=body, content_type="application/x-www-form-urlencoded")
+    assert_json_error(
+        response,
+        400,
+        f"{field} is required (the body looks like JSON: send it with "
+        "Content-Type: application/json; curl -d sends a form)",
+    )
+
+
+def test_a_real_form_without_the_field_gets_no_hint(client):
+    response = client.post("/login", data={"password": "{x"})
+    assert_json_error(response, 400, "username is required")
+
+
+def test_json_as_a_form_on_a_protected_endpoint_gets_the_hint(client):
+    token = login(client)["accessToken"]
+    response = client.post(
+        "/restaurant-reservation",
+        data='{"guestsCount": 4}',
+        content_type="application/x-www-form-urlencoded",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 400
+    assert response.get_json()["message"].startswith("guestsCount is required (the body looks")
