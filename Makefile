@@ -7,10 +7,20 @@ OIDC_PROVIDER := tests/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 SERVER_MARKERS := gunicorn or redis or nginx or oidc
 
-.PHONY: run test test-fast lint format bench clean
+.PHONY: help venv run test test-fast lint format bench clean
 
-$(INSTALLED): requirements.txt requirements-dev.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+
+venv:  ## a Python 3.11+ virtualenv in .venv (one an older Python made is replaced)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "make: Python 3.11 or newer is needed, but $(PYTHON) is" \
+	    "$$($(PYTHON) --version 2>&1 || echo missing); try: make PYTHON=python3.11 ..." >&2; \
+	  exit 1; }
+	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	  || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+
+$(INSTALLED): requirements.txt requirements-dev.txt | venv
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
@@ -18,32 +28,25 @@ $(INSTALLED): requirements.txt requirements-dev.txt
 $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 	if command -v npm >/dev/null; then npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund --loglevel=error; fi
 
-run: $(INSTALLED)  ## serve on $$PORT (default 8080) with gunicorn
+run: $(INSTALLED)  ## serve with gunicorn on HOST:PORT (default 0.0.0.0:8080)
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
-# The core service's tests, which `make test` runs a second time with the refresh tokens
-# in Redis (--store=redis: a redis-server that the test session starts and stops).
-CORE_TESTS := tests/test_login.py tests/test_refresh.py tests/test_revoke.py \
-	tests/test_protected.py tests/test_requires_roles.py tests/test_tokens.py \
-	tests/test_errors.py tests/test_config.py tests/test_gunicorn.py tests/test_readme.py
-
-test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, then the core on Redis
+test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store
 	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest --store=redis -m "not redis" $(CORE_TESTS)
 
-test-fast: $(INSTALLED)  ## everything but the tests that start real servers
+test-fast: $(INSTALLED)  ## the suite without the tests that start real servers
 	$(BIN)/python -m pytest -m "not ($(SERVER_MARKERS))"
 
-lint: $(INSTALLED)
+lint: $(INSTALLED)  ## ruff: lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 bench: $(INSTALLED)  ## wrk against gunicorn, beside a bare-Flask floor (needs wrk)
 	$(BIN)/python bench/run.py
 
-format: $(INSTALLED)
+format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-clean:
+clean:  ## remove the virtualenv, node modules and caches
 	rm -rf $(VENV) $(OIDC_PROVIDER)/node_modules .pytest_cache .ruff_cache
