@@ -1,7 +1,8 @@
 """Gunicorn settings: ``gunicorn -c gunicorn.conf.py wsgi:app`` (what ``make run`` does).
 
 The settings are read and checked here, in the master, so a bad value stops
-the service before any worker starts, with one clear line.
+the service before any worker starts, with one clear line. This also creates the
+instance folder and the generated signing secret before the workers fork.
 """
 
 import multiprocessing
@@ -10,11 +11,15 @@ import sys
 from app.config import ConfigError, Settings
 
 try:
-    settings = Settings.from_env()
+    settings = Settings.load()
 except ConfigError as error:
     sys.exit(f"configuration error: {error}")
 
-bind = [f"0.0.0.0:{settings.port}"]
+bind = [
+    f"[{settings.host}]:{settings.port}"
+    if ":" in settings.host
+    else f"{settings.host}:{settings.port}"
+]
 workers = settings.web_concurrency or min(2 * multiprocessing.cpu_count() + 1, 8)
 worker_class = "sync"  # behind nginx, which buffers slow clients
 timeout = 30

@@ -19,9 +19,8 @@ from app.views.oauth import init_third_party_login
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the service from the environment, with optional overrides for tests."""
-    settings = Settings.from_env(overrides)  # raises ConfigError on a bad value
+    settings = Settings.load(overrides)  # raises ConfigError on a bad value
     app = Flask(__name__, instance_path=settings.instance_path)
-    settings = settings.with_instance_path(app.instance_path)  # resolves store and secret
     configure(app, settings)
     init_store(app, settings)
     init_third_party_login(app, settings)

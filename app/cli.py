@@ -16,8 +16,7 @@ import click
 from flask import Flask
 from flask.cli import AppGroup
 
-from app.store import StoreUnavailableError, get_store, token_digest
-from app.store.base import DIGEST_PREFIX_LENGTH
+from app.store import StoreUnavailableError, get_store, shown_digest
 
 #: Fewer hex digits than this could name a token the operator did not mean.
 MIN_DIGEST_PREFIX = 8
@@ -115,7 +114,7 @@ def revoke_token_command() -> None:
         raise click.UsageError("give the refresh token on standard input")
     with store_errors():
         known = get_store().revoke(token)
-    shown = token_digest(token)[:DIGEST_PREFIX_LENGTH]
+    shown = shown_digest(token)
     if known:
         click.echo(f"revoked the refresh token {shown}")
     else:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import secrets
+import sqlite3
+import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app
+
+from app.tokens import DEFAULT_CLOCK_SKEW, MAX_USERNAME_LENGTH
 
 #: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
 MIN_SECRET_BYTES = 32
@@ -21,7 +26,15 @@ MAX_BODY_BYTES = 16 * 1024
 SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
 #: Name of the default SQLite file in the instance folder.
 SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
+#: Where the instance folder is when INSTANCE_PATH is unset: ``instance/`` beside ``app/``.
+DEFAULT_INSTANCE_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "instance")
+#: Secrets that the project's own docs and examples have shown: public, so never usable.
+PUBLISHED_SECRETS = frozenset({"change-me-to-48-random-url-safe-characters-from-secrets"})
+HOW_TO_GENERATE_ONE = (
+    "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(48))'"
+)
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 PROVIDER_SETTING = re.compile(r"OIDC_[A-Z0-9_]+_(ISSUER|CLIENT_ID|CLIENT_SECRET|SCOPES)")
 
@@ -81,10 +94,33 @@ def _log_level(name: str, value: str) -> str:
 def _secret(name: str, value: str) -> str:
     if len(value.encode()) < MIN_SECRET_BYTES:
         raise ConfigError(
-            f"{name} must be at least {MIN_SECRET_BYTES} bytes long; "
-            "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(48))'"
+            f"{name} must be at least {MIN_SECRET_BYTES} bytes long; {HOW_TO_GENERATE_ONE}"
+        )
+    if value.strip() in PUBLISHED_SECRETS:
+        raise ConfigError(
+            f"{name} is the example value from the project's docs, known to everyone; "
+            + HOW_TO_GENERATE_ONE
         )
     return value
+
+
+def _admin_username(name: str, value: str) -> str:
+    if len(_non_empty(name, value)) > MAX_USERNAME_LENGTH:
+        raise ConfigError(
+            f"{name} must be at most {MAX_USERNAME_LENGTH} characters, the longest username"
+            " that can log in"
+        )
+    return value
+
+
+def _host(name: str, value: str) -> str:
+    host = value.strip().removeprefix("[").removesuffix("]")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        if HOST_NAME.fullmatch(host):
+            return host
+    raise ConfigError(f"{name} must be an IP address or a host name, got {value!r}")
 
 
 def _cookie_name(name: str, value: str) -> str:
@@ -174,14 +210,20 @@ def _setting(env: str, parse: Callable[[str, str], Any], default: Any = None) ->
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting of the service; one environment variable each (see README)."""
+    """Every setting of the service; one environment variable each (see README).
 
-    signing_secret: str | None = _setting("SIGNING_SECRET", _secret)
-    admin_username: str = _setting("ADMIN_USERNAME", _non_empty, "admin")
+    Build it with ``Settings.load``, which also resolves the instance folder, the
+    signing secret and the token store's location: every field is then final.
+    """
+
+    signing_secret: str = _setting("SIGNING_SECRET", _secret, "")
+    admin_username: str = _setting("ADMIN_USERNAME", _admin_username, "admin")
     access_token_lifetime: int = _setting("ACCESS_TOKEN_LIFETIME", _int_between(1, 86_400), 60)
+    clock_skew: int = _setting("CLOCK_SKEW", _int_between(0, 300), DEFAULT_CLOCK_SKEW)
+    host: str = _setting("HOST", _host, "0.0.0.0")
     port: int = _setting("PORT", _int_between(1, 65_535), 8080)
-    token_store_url: str | None = _setting("TOKEN_STORE_URL", _non_empty)
-    instance_path: str | None = _setting("INSTANCE_PATH", _absolute_path)
+    token_store_url: str = _setting("TOKEN_STORE_URL", _non_empty, "")
+    instance_path: str = _setting("INSTANCE_PATH", _absolute_path, DEFAULT_INSTANCE_PATH)
     trusted_proxy_hops: int = _setting("TRUSTED_PROXY_HOPS", _int_between(0, 10), 0)
     log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
     web_concurrency: int | None = _setting("WEB_CONCURRENCY", _int_between(1, 64))
@@ -203,9 +245,18 @@ class Settings:
     public_url: str | None = _setting("PUBLIC_URL", _url)
 
     @classmethod
-    def from_env(cls, overrides: Mapping[str, Any] | None = None) -> Settings:
-        """Read the settings from the environment, then ``overrides`` (keyed by variable name)."""
-        source: dict[str, Any] = dict(os.environ)
+    def load(
+        cls,
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Read every setting from ``environ`` (default: the process's), then ``overrides``.
+
+        Also creates the instance folder if it is missing, generates the signing
+        secret once if none is set, and checks the token store's location, so that
+        any problem is one ConfigError here rather than a traceback in each worker.
+        """
+        source: dict[str, Any] = dict(os.environ if environ is None else environ)
         source.update(overrides or {})
         known = {setting.metadata["env"] for setting in fields(cls)}
         unknown = {
@@ -224,44 +275,74 @@ class Settings:
         values["identity_providers"] = tuple(
             IdentityProvider.from_env(name, source) for name in values.get("identity_providers", ())
         )
-        settings = cls(**values)
-        settings.validate_store_url()
-        return settings
-
-    def validate_store_url(self) -> None:
-        """Refuse a TOKEN_STORE_URL whose scheme no store backend handles."""
-        url = self.token_store_url
-        if url is None:
-            return
-        if url.startswith("sqlite:///"):
-            if url[len("sqlite:///") :] in {"", ":memory:"}:
-                raise ConfigError("TOKEN_STORE_URL needs a file path: sqlite:///<path>")
-            return
-        if url.startswith(("redis://", "rediss://", "unix://")):
-            _check_redis_url(url)
-            return
-        raise ConfigError(
-            "TOKEN_STORE_URL must start with sqlite:///, redis://, rediss:// or unix://"
+        instance_path = _instance_folder(values.get("instance_path", DEFAULT_INSTANCE_PATH))
+        values["instance_path"] = instance_path
+        store_url = values.get("token_store_url") or "sqlite:///" + os.path.join(
+            instance_path, SQLITE_FILE_NAME
         )
+        values["token_store_url"] = _checked_store_url(store_url)
+        values["signing_secret"] = values.get("signing_secret") or load_or_create_secret(
+            instance_path
+        )
+        return cls(**values)
 
     def identity_provider(self, name: str) -> IdentityProvider | None:
         """Return the configured provider called ``name``, or None."""
         return next((item for item in self.identity_providers if item.name == name), None)
 
-    def with_instance_path(self, instance_path: str) -> Settings:
-        """Return a copy whose instance folder, store and secret are resolved."""
-        store_url = self.token_store_url or "sqlite:///" + os.path.join(
-            instance_path, SQLITE_FILE_NAME
-        )
-        secret = self.signing_secret or load_or_create_secret(instance_path)
-        return replace(
-            self, instance_path=instance_path, token_store_url=store_url, signing_secret=secret
-        )
-
 
 def current_settings() -> Settings:
     """Return the settings of the app handling the current request or command."""
     return current_app.config["SETTINGS"]  # type: ignore[no-any-return]  (set by create_app)
+
+
+def _instance_folder(path: str) -> str:
+    """Return the instance folder, created (mode 0700) if it is missing; refuse a non-folder."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"INSTANCE_PATH {path} exists and is not a folder") from None
+    except OSError as error:
+        raise ConfigError(f"INSTANCE_PATH {path} cannot be created: {error.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"INSTANCE_PATH {path} is not writable by this user")
+    return path
+
+
+def _checked_store_url(url: str) -> str:
+    """Return ``url`` if a store backend can use it; refuse it in one line otherwise."""
+    if url.startswith("sqlite:///"):
+        _check_sqlite_path(url[len("sqlite:///") :])
+    elif url.startswith(("redis://", "rediss://", "unix://")):
+        _check_redis_url(url)
+    else:
+        raise ConfigError(
+            "TOKEN_STORE_URL must start with sqlite:///, redis://, rediss:// or unix://"
+        )
+    return url
+
+
+def _check_sqlite_path(path: str) -> None:
+    """Refuse a SQLite location the workers could not open: no folder is created for it."""
+    if path in {"", ":memory:"}:
+        raise ConfigError("TOKEN_STORE_URL needs a file path: sqlite:///<path>")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        problem = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise ConfigError(f"TOKEN_STORE_URL: {folder} {problem}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"TOKEN_STORE_URL: the folder {folder} is not writable by this user")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return  # created by the first worker that opens it
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"TOKEN_STORE_URL: {path} is not a regular file")
+    try:  # read-only, so that nothing is created or changed here
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as database:
+            database.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.Error as error:
+        raise ConfigError(f"TOKEN_STORE_URL: {path} is not a usable SQLite file: {error}") from None
 
 
 def _check_redis_url(url: str) -> None:
@@ -283,25 +364,36 @@ def _check_redis_url(url: str) -> None:
 def load_or_create_secret(instance_path: str) -> str:
     """Return the secret kept in the instance folder, creating it once if it is missing.
 
-    Workers that start at the same moment race here: each writes a complete
+    gunicorn's master creates it before forking (gunicorn.conf.py), so workers only
+    read it. Processes that start at the same moment without a master (``flask``
+    commands, several servers on one folder) race here: each writes a complete
     candidate to a private temporary file and tries to hard-link it into place.
     ``link`` fails if the name exists, so exactly one candidate wins and every
-    worker reads that one; no reader ever sees a half-written file.
+    process reads that one; no reader ever sees a half-written file.
     """
-    os.makedirs(instance_path, mode=0o700, exist_ok=True)
     path = os.path.join(instance_path, SECRET_FILE_NAME)
-    if not os.path.exists(path):
-        candidate = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
-        descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(secrets.token_urlsafe(48) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            with contextlib.suppress(FileExistsError):  # another worker won: use its secret
-                os.link(candidate, path)
-        finally:
-            os.unlink(candidate)
-    with open(path, encoding="utf-8") as handle:
-        secret = handle.read().strip()
+    try:
+        if not os.path.exists(path):
+            _create_secret_file(path)
+        with open(path, encoding="utf-8") as handle:
+            secret = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ConfigError(
+            f"the signing secret {path} cannot be created or read: {reason}"
+        ) from None
     return _secret(f"the secret in {path}", secret)
+
+
+def _create_secret_file(path: str) -> None:
+    candidate = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+    descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_urlsafe(48) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):  # another process won: use its secret
+            os.link(candidate, path)
+    finally:
+        os.unlink(candidate)

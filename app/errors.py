@@ -19,18 +19,11 @@ from werkzeug.exceptions import (
 from app.config import MAX_BODY_BYTES
 from app.store import StoreUnavailableError
 
-#: Short messages for errors raised without a description of ours.
+#: Messages for errors raised without a description of ours, where werkzeug's name for
+#: the status (lower-cased: "not found", "method not allowed"...) would say too little.
 DEFAULT_MESSAGES = {
-    400: "bad request",
-    404: "not found",
-    405: "method not allowed",
     413: f"request body is larger than {MAX_BODY_BYTES} bytes",
     415: "request body must be application/json or application/x-www-form-urlencoded",
-    429: "too many requests",
-    431: "request headers are too large",
-    500: "internal server error",
-    502: "bad gateway",
-    503: "service unavailable",
 }
 
 

@@ -32,8 +32,8 @@ from app.store.sqlite import SQLiteTokenStore
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
-#: Settings a test may deliberately take from the environment (the store under test).
-KEPT_FROM_ENVIRONMENT = {"TOKEN_STORE_URL"}
+#: The refresh-token stores every app and server of the tests runs on, one test each.
+STORE_BACKENDS = ("sqlite", "redis")
 
 
 def require_tool(available: bool, what: str, how: str) -> None:
@@ -47,12 +47,11 @@ def require_tool(available: bool, what: str, how: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the developer's own settings out of the tests."""
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Keep the developer's own settings out of the tests, and their files out of the tree."""
     for setting in fields(Settings):
-        name = setting.metadata["env"]
-        if name not in KEPT_FROM_ENVIRONMENT:
-            monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(setting.metadata["env"], raising=False)
+    monkeypatch.setenv("INSTANCE_PATH", str(tmp_path / "default-instance"))
 
 
 @pytest.fixture
@@ -66,11 +65,17 @@ def instance_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_app(signing_secret: str, instance_path: Path) -> Callable[..., Flask]:
-    """Return a factory of apps sharing one secret and instance folder, with overrides."""
+def make_app(
+    signing_secret: str, instance_path: Path, store_backend: str | None
+) -> Callable[..., Flask]:
+    """Return a factory of apps sharing one secret, instance folder and store, with overrides."""
 
     def make(**overrides: Any) -> Flask:
-        settings = {"SIGNING_SECRET": signing_secret, "INSTANCE_PATH": str(instance_path)}
+        settings = {
+            "SIGNING_SECRET": signing_secret,
+            "INSTANCE_PATH": str(instance_path),
+            "TOKEN_STORE_URL": store_backend,
+        }
         settings.update(overrides)
         return create_app({key: value for key, value in settings.items() if value is not None})
 
@@ -230,15 +235,15 @@ class Gunicorn:
 
 
 @pytest.fixture
-def gunicorn_server(tmp_path: Path) -> Iterator[Callable[..., Gunicorn]]:
+def gunicorn_server(tmp_path: Path, store_backend: str | None) -> Iterator[Callable[..., Gunicorn]]:
     """Return a starter of real gunicorn servers; every one is stopped afterwards."""
     started: list[Gunicorn] = []
 
     def start(env: dict[str, str] | None = None, workers: int = 3, *, run: bool = True) -> Gunicorn:
         base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
         base.update({"INSTANCE_PATH": str(tmp_path / "instance"), "LOG_LEVEL": "WARNING"})
-        if "TOKEN_STORE_URL" in os.environ:
-            base["TOKEN_STORE_URL"] = os.environ["TOKEN_STORE_URL"]
+        if store_backend is not None:
+            base["TOKEN_STORE_URL"] = store_backend
         base.update(env or {})
         server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log")
         started.append(server)
@@ -262,18 +267,42 @@ def which(program: str) -> str | None:
 # --- refresh-token stores and redis-server ------------------------------------------
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--store",
-        choices=("sqlite", "redis"),
-        default="sqlite",
-        help="store of the tests' apps and servers: sqlite (default), or redis (a "
-        "redis-server started for the session, emptied before each test)",
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "store(*backends): run the test on these refresh-token stores only "
+        f"(default: every one of {', '.join(STORE_BACKENDS)})",
     )
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"refresh-token store of the apps and servers under test: {config.getoption('--store')}"
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that builds an app or a server once per store backend.
+
+    The Redis case is marked ``redis``, so ``make test-fast`` leaves it out; a
+    test about one backend only says so with ``@pytest.mark.store("sqlite")``.
+    """
+    if "store_backend" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("store")
+    backends = marker.args if marker else STORE_BACKENDS
+    metafunc.parametrize(
+        "store_backend",
+        [store_param(name) for name in backends],
+        indirect=True,
+    )
+
+
+def store_param(backend: str) -> Any:
+    """Return ``backend`` as a pytest parameter, marked ``redis`` for Redis."""
+    return pytest.param(backend, marks=pytest.mark.redis if backend == "redis" else ())
+
+
+@pytest.fixture
+def store_backend(request: pytest.FixtureRequest) -> str | None:
+    """Return the TOKEN_STORE_URL of the backend under test: None is SQLite's default file."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("redis_url")
 
 
 @pytest.fixture
@@ -313,34 +342,11 @@ def redis_url(session_redis: Any) -> str:
     return session_redis.url
 
 
-@pytest.fixture(scope="session", autouse=True)
-def store_under_test(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """With ``--store=redis``, point every app and server at the session's redis-server."""
-    if request.config.getoption("--store") != "redis":
-        yield None
-        return
-    server = request.getfixturevalue("session_redis")
-    previous = os.environ.get("TOKEN_STORE_URL")
-    os.environ["TOKEN_STORE_URL"] = server.url
-    yield server
-    if previous is None:
-        del os.environ["TOKEN_STORE_URL"]
-    else:
-        os.environ["TOKEN_STORE_URL"] = previous
-
-
-@pytest.fixture(autouse=True)
-def empty_store_under_test(store_under_test: Any) -> None:
-    """Give each test of a ``--store=redis`` run an empty Redis, as it gets an empty SQLite."""
-    if store_under_test is not None:
-        with store_under_test.client() as client:
-            client.flushall()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=[store_param(backend) for backend in STORE_BACKENDS])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Return the URL of an empty store, once per backend."""
+    """Return the URL of an empty store, once per backend (for the store's own tests)."""
     if request.param == "sqlite":
+        (tmp_path / "store").mkdir()
         return f"sqlite:///{tmp_path / 'store' / 'refresh_tokens.sqlite3'}"
     return request.getfixturevalue("redis_url")
 

@@ -124,13 +124,13 @@ def test_revoke_token_without_a_token_is_a_usage_error(runner):
 @pytest.fixture
 def unreachable_app(make_app, store_url, tmp_path, request):
     if store_url.startswith("sqlite:///"):
-        (tmp_path / "directory.sqlite3").mkdir()
         url = f"sqlite:///{tmp_path}/directory.sqlite3"
-    else:
-        server = request.getfixturevalue("redis_server")()
-        server.stop()
-        url = server.url
-    return make_app(TOKEN_STORE_URL=url, TOKEN_STORE_TIMEOUT="0.5")
+        app = make_app(TOKEN_STORE_URL=url, TOKEN_STORE_TIMEOUT="0.5")
+        (tmp_path / "directory.sqlite3").mkdir()  # after start-up, which refuses a folder
+        return app
+    server = request.getfixturevalue("redis_server")()
+    server.stop()
+    return make_app(TOKEN_STORE_URL=server.url, TOKEN_STORE_TIMEOUT="0.5")
 
 
 @pytest.mark.parametrize(

@@ -10,27 +10,42 @@ import sys
 
 import pytest
 
+import app.config
 from app import create_app
 from app.config import ConfigError, Settings, load_or_create_secret
-from tests.conftest import ROOT, login
+from tests.conftest import ROOT, free_port, login
 
 
-def test_defaults():
-    settings = Settings.from_env()
+def test_defaults(monkeypatch, tmp_path):
+    assert str(ROOT / "instance") == app.config.DEFAULT_INSTANCE_PATH
+    monkeypatch.setattr(app.config, "DEFAULT_INSTANCE_PATH", str(tmp_path / "instance"))
+    settings = Settings.load(environ={})
     assert settings.admin_username == "admin"
     assert settings.access_token_lifetime == 60
-    assert settings.port == 8080
+    assert settings.clock_skew == 30
+    assert (settings.host, settings.port) == ("0.0.0.0", 8080)
     assert settings.trusted_proxy_hops == 0
-    assert settings.signing_secret is None
-    assert settings.token_store_url is None or "TOKEN_STORE_URL" in os.environ
     assert settings.auth_cookie_name == "jwt"
+    assert settings.instance_path == str(tmp_path / "instance")
+    assert (
+        settings.token_store_url == f"sqlite:///{tmp_path / 'instance' / 'refresh_tokens.sqlite3'}"
+    )
+    assert settings.signing_secret == (tmp_path / "instance" / "signing_secret").read_text().strip()
+
+
+def test_load_resolves_the_instance_folder_store_and_secret(tmp_path):
+    settings = Settings.load({"INSTANCE_PATH": str(tmp_path / "new")})
+    assert settings.instance_path == str(tmp_path / "new")
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    assert settings.token_store_url == f"sqlite:///{tmp_path / 'new' / 'refresh_tokens.sqlite3'}"
+    assert len(settings.signing_secret) >= 32
 
 
 def test_environment_is_read(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
     monkeypatch.setenv("ADMIN_USERNAME", "root")
     monkeypatch.setenv("ACCESS_TOKEN_LIFETIME", "300")
-    settings = Settings.from_env()
+    settings = Settings.load()
     assert (settings.port, settings.admin_username, settings.access_token_lifetime) == (
         9090,
         "root",
@@ -40,7 +55,7 @@ def test_environment_is_read(monkeypatch):
 
 def test_overrides_win_over_the_environment(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
-    assert Settings.from_env({"PORT": "9191"}).port == 9191
+    assert Settings.load({"PORT": "9191"}).port == 9191
 
 
 @pytest.mark.parametrize(
@@ -72,16 +87,16 @@ def test_overrides_win_over_the_environment(monkeypatch):
 )
 def test_bad_value_refuses_to_start_with_a_clear_message(name, value, message):
     with pytest.raises(ConfigError, match=message):
-        Settings.from_env({name: value})
+        Settings.load({name: value})
 
 
 def test_unknown_override_is_refused():
     with pytest.raises(ConfigError, match="unknown settings: SIGNING_SECRETS"):
-        Settings.from_env({"SIGNING_SECRETS": "x" * 40})
+        Settings.load({"SIGNING_SECRETS": "x" * 40})
 
 
 def test_signing_secret_of_32_bytes_is_enough():
-    assert Settings.from_env({"SIGNING_SECRET": "x" * 32}).signing_secret == "x" * 32
+    assert Settings.load({"SIGNING_SECRET": "x" * 32}).signing_secret == "x" * 32
 
 
 def test_missing_secret_is_generated_once_and_kept_private(tmp_path):
@@ -157,3 +172,156 @@ def test_a_missing_server_program_skips_on_a_laptop_and_fails_in_ci(monkeypatch,
     with pytest.raises(outcome, match="install it with: apt-get install nginx"):
         tests.conftest.require_tool(False, "nginx", "apt-get install nginx")
     tests.conftest.require_tool(True, "nginx", "apt-get install nginx")  # present: no effect
+
+
+def test_gunicorn_config_creates_the_secret_in_the_master_before_the_workers(tmp_path):
+    env = {"PATH": os.environ["PATH"], "INSTANCE_PATH": str(tmp_path / "instance")}
+    command = [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    secret_file = tmp_path / "instance" / "signing_secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    assert len(secret_file.read_text().strip()) >= 32
+
+
+def test_gunicorn_config_binds_the_host_setting():
+    code = "import runpy; print(runpy.run_path('gunicorn.conf.py')['bind'])"
+    for host, bind in [("127.0.0.1", "['127.0.0.1:8080']"), ("::1", "['[::1]:8080']")]:
+        env = {"PATH": os.environ["PATH"], "HOST": host}
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=30,
+        )  # fmt: skip
+        assert result.stdout.strip() == bind, result.stderr
+
+
+def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
+    """Return environments that must stop start-up, each with the one line it must print."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    (tmp_path / "garbage.sqlite3").write_text("not a database, just text" * 100)
+    (tmp_path / "folder.sqlite3").mkdir()
+    instance = str(tmp_path / "instance")
+    return {
+        "instance folder is a file": (
+            {"INSTANCE_PATH": str(a_file)},
+            f"INSTANCE_PATH {a_file} exists and is not a folder",
+        ),
+        "instance folder under a file": (
+            {"INSTANCE_PATH": str(a_file / "sub")},
+            f"INSTANCE_PATH {a_file / 'sub'} cannot be created: Not a directory",
+        ),
+        "store folder is missing": (
+            {"INSTANCE_PATH": instance, "TOKEN_STORE_URL": f"sqlite:///{tmp_path}/no/such/t.db"},
+            f"TOKEN_STORE_URL: {tmp_path}/no/such does not exist",
+        ),
+        "store under a file": (
+            {"INSTANCE_PATH": instance, "TOKEN_STORE_URL": f"sqlite:///{a_file}/t.db"},
+            f"TOKEN_STORE_URL: {a_file} is not a folder",
+        ),
+        "store is a folder": (
+            {"INSTANCE_PATH": instance, "TOKEN_STORE_URL": f"sqlite:///{tmp_path}/folder.sqlite3"},
+            f"TOKEN_STORE_URL: {tmp_path}/folder.sqlite3 is not a regular file",
+        ),
+        "store is not a database": (
+            {"INSTANCE_PATH": instance, "TOKEN_STORE_URL": f"sqlite:///{tmp_path}/garbage.sqlite3"},
+            f"TOKEN_STORE_URL: {tmp_path}/garbage.sqlite3 is not a usable SQLite file",
+        ),
+        "the secret of the old example file": (
+            {
+                "INSTANCE_PATH": instance,
+                "SIGNING_SECRET": "change-me-to-48-random-url-safe-characters-from-secrets",
+            },
+            "SIGNING_SECRET is the example value from the project's docs, known to everyone",
+        ),
+        "admin longer than any username": (
+            {"INSTANCE_PATH": instance, "ADMIN_USERNAME": "a" * 257},
+            "ADMIN_USERNAME must be at most 256 characters",
+        ),
+    }
+
+
+START_UP_CASES = [
+    "instance folder is a file",
+    "instance folder under a file",
+    "store folder is missing",
+    "store under a file",
+    "store is a folder",
+    "store is not a database",
+    "the secret of the old example file",
+    "admin longer than any username",
+]
+
+
+@pytest.mark.parametrize("case", START_UP_CASES)
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], id="gunicorn"),
+        pytest.param(["-m", "flask", "--app", "wsgi", "tokens", "count"], id="flask"),
+    ],
+)
+def test_a_start_up_problem_is_one_line_and_exit_status_1(tmp_path, case, command):
+    settings, line = _bad_start_up(tmp_path)[case]
+    env = {"PATH": os.environ["PATH"], "HOST": "127.0.0.1", "PORT": str(free_port()), **settings}
+    result = subprocess.run(
+        [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"configuration error: {line}")
+    assert not (tmp_path / "no").exists()  # no folder tree is made for a store
+
+
+def test_an_unwritable_instance_folder_refuses_to_start(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere
+    with pytest.raises(ConfigError, match=f"INSTANCE_PATH {tmp_path} is not writable"):
+        Settings.load({"INSTANCE_PATH": str(tmp_path)})
+
+
+def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
+    store_folder = tmp_path / "store"
+    store_folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: str(path) != str(store_folder) and real_access(path, mode)
+    )
+    with pytest.raises(
+        ConfigError, match=f"TOKEN_STORE_URL: the folder {store_folder} is not writable"
+    ):
+        Settings.load(
+            {
+                "INSTANCE_PATH": str(tmp_path / "i"),
+                "TOKEN_STORE_URL": f"sqlite:///{store_folder}/t.db",
+            }
+        )
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "::1", "[::1]", "0.0.0.0", "localhost", "svc.internal"]
+)
+def test_host_setting_accepts_addresses_and_names(host):
+    assert Settings.load({"HOST": host}).host == host.strip("[]")
+
+
+@pytest.mark.parametrize("host", ["", "a b", "1.2.3.4:80", "-x", "http://x"])
+def test_host_setting_refuses_what_is_not_an_address(host):
+    with pytest.raises(ConfigError, match="HOST must be an IP address or a host name"):
+        Settings.load({"HOST": host})
+
+
+@pytest.mark.parametrize("value", ["-1", "301", "soon"])
+def test_clock_skew_is_bounded(value):
+    with pytest.raises(ConfigError, match="CLOCK_SKEW must be"):
+        Settings.load({"CLOCK_SKEW": value})
+
+
+def test_an_admin_username_of_256_characters_can_log_in(make_app):
+    admin = "é" * 256
+    client = make_app(ADMIN_USERNAME=admin).test_client()
+    tokens = login(client, admin)
+    response = client.get(
+        "/admin-accessible", headers={"Authorization": f"Bearer {tokens['accessToken']}"}
+    )
+    assert response.status_code == 200

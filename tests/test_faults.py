@@ -206,6 +206,7 @@ def test_sqlite_every_login_answered_200_survives_a_worker_killed_mid_burst(
     gunicorn_server, tmp_path, signing_secret
 ):
     logins, kills, workers = 300, (60, 120, 180), 3
+    (tmp_path / "burst").mkdir()
     server = gunicorn_server(
         {"SIGNING_SECRET": signing_secret,
          "TOKEN_STORE_URL": f"sqlite:///{tmp_path / 'burst' / 'refresh_tokens.sqlite3'}"},

@@ -155,8 +155,8 @@ def test_empty_body_is_400_username_required(client):
 
 def test_login_without_store_write_is_not_a_200(make_app, tmp_path):
     # a store that cannot be opened answers 503, never a token that was not recorded
-    (tmp_path / "dir.sqlite3").mkdir()
     client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
+    (tmp_path / "dir.sqlite3").mkdir()  # after start-up, which refuses a folder at once
     response = client.post("/login", json={"username": "a"})
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"

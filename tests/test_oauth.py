@@ -15,7 +15,7 @@ PROVIDER = {
 
 
 def test_providers_are_read_from_the_environment():
-    settings = Settings.from_env(PROVIDER)
+    settings = Settings.load(PROVIDER)
     (provider,) = settings.identity_providers
     assert provider.name == "corp"
     assert provider.issuer == "https://id.example.com"
@@ -25,7 +25,7 @@ def test_providers_are_read_from_the_environment():
 
 
 def test_provider_names_map_to_variable_names():
-    settings = Settings.from_env(
+    settings = Settings.load(
         {
             "OIDC_PROVIDERS": "my-idp",
             "OIDC_MY_IDP_ISSUER": "https://idp.example.org",
@@ -56,11 +56,11 @@ def test_provider_names_map_to_variable_names():
 def test_bad_provider_settings_refuse_to_start(changes, message):
     settings = {**PROVIDER, **changes}
     with pytest.raises(ConfigError, match=message):
-        Settings.from_env({key: value for key, value in settings.items() if value is not None})
+        Settings.load({key: value for key, value in settings.items() if value is not None})
 
 
 def test_http_issuer_is_allowed_on_loopback():
-    settings = Settings.from_env({**PROVIDER, "OIDC_CORP_ISSUER": "http://127.0.0.1:9000"})
+    settings = Settings.load({**PROVIDER, "OIDC_CORP_ISSUER": "http://127.0.0.1:9000"})
     assert settings.identity_providers[0].issuer == "http://127.0.0.1:9000"
 
 

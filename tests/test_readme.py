@@ -8,11 +8,12 @@ from dataclasses import fields
 
 import pytest
 
-from app.config import Settings
+from app.config import ConfigError, Settings
 from tests.conftest import ROOT, require_tool, which
 
 README = (ROOT / "README.md").read_text()
 WALKTHROUGH = ROOT / "scripts" / "walkthrough.sh"
+EXAMPLE_ENV = ROOT / "deploy" / "token-service.env.example"
 
 
 def readme_block(name: str) -> str:
@@ -40,14 +41,36 @@ def test_every_setting_is_in_the_configuration_table():
         assert f"| `{name}` |" in README, name
 
 
-def test_example_env_file_names_every_setting_and_parses():
-    text = (ROOT / "deploy" / "token-service.env.example").read_text()
+def test_example_env_file_names_every_setting_and_parses(tmp_path):
+    text = EXAMPLE_ENV.read_text()
     for setting in fields(Settings):
         assert re.search(rf"^#?{setting.metadata['env']}=", text, re.M), setting.metadata["env"]
     values = dict(
         line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
     )
-    Settings.from_env(values)  # every uncommented value is one the service starts with
+    assert values.pop("INSTANCE_PATH") == "/var/lib/token-service"  # not created by a test
+    Settings.load({**values, "INSTANCE_PATH": str(tmp_path)})  # every value is one it starts with
+
+
+def test_example_env_file_sets_no_signing_secret():
+    assert not re.search(r"^SIGNING_SECRET=", EXAMPLE_ENV.read_text(), re.M)
+
+
+def shown_secrets() -> set[str]:
+    """Return every literal value the docs and examples give SIGNING_SECRET."""
+    texts = [README, EXAMPLE_ENV.read_text(), *(p.read_text() for p in ROOT.glob("scripts/*"))]
+    found = set()
+    for text in texts:
+        for value in re.findall(r"SIGNING_SECRET=([^\s'\"]+)", text):
+            if not value.startswith(("$", "<")):  # a variable or a placeholder, not a value
+                found.add(value)
+    return found
+
+
+def test_no_secret_shown_in_the_docs_can_start_the_service(tmp_path):
+    for secret in shown_secrets() | {"change-me-to-48-random-url-safe-characters-from-secrets"}:
+        with pytest.raises(ConfigError, match="example value from the project's docs"):
+            Settings.load({"SIGNING_SECRET": secret, "INSTANCE_PATH": str(tmp_path)})
 
 
 @pytest.mark.gunicorn

@@ -280,12 +280,12 @@ def test_a_forked_child_uses_its_own_connections(store):
 
 
 def test_store_timeouts_are_settings():
-    assert Settings.from_env().store_timeout == 2.0
-    assert Settings.from_env().store_connect_timeout is None  # then TOKEN_STORE_TIMEOUT
-    assert Settings.from_env({"TOKEN_STORE_CONNECT_TIMEOUT": "0.25"}).store_connect_timeout == 0.25
+    assert Settings.load().store_timeout == 2.0
+    assert Settings.load().store_connect_timeout is None  # then TOKEN_STORE_TIMEOUT
+    assert Settings.load({"TOKEN_STORE_CONNECT_TIMEOUT": "0.25"}).store_connect_timeout == 0.25
     for bad in ["0", "61", "nan", "soon"]:
         with pytest.raises(ConfigError, match="TOKEN_STORE_CONNECT_TIMEOUT must be"):
-            Settings.from_env({"TOKEN_STORE_CONNECT_TIMEOUT": bad})
+            Settings.load({"TOKEN_STORE_CONNECT_TIMEOUT": bad})
 
 
 @pytest.fixture

@@ -5,7 +5,13 @@ from __future__ import annotations
 from flask import Flask, current_app
 
 from app.config import Settings
-from app.store.base import RefreshTokenStore, StoreUnavailableError, TokenRecord, token_digest
+from app.store.base import (
+    RefreshTokenStore,
+    StoreUnavailableError,
+    TokenRecord,
+    shown_digest,
+    token_digest,
+)
 
 __all__ = [
     "RefreshTokenStore",
@@ -14,6 +20,7 @@ __all__ = [
     "get_store",
     "init_store",
     "open_store",
+    "shown_digest",
     "token_digest",
 ]
 
@@ -37,7 +44,6 @@ def open_store(url: str, timeout: float, connect_timeout: float | None = None) -
 
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; connections open on first use."""
-    assert settings.token_store_url is not None
     app.extensions[EXTENSION_KEY] = open_store(
         settings.token_store_url, settings.store_timeout, settings.store_connect_timeout
     )

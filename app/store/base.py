@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 #: How many hex characters of a digest are shown to operators.
 DIGEST_PREFIX_LENGTH = 12
+HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 class StoreUnavailableError(Exception):
@@ -22,10 +23,20 @@ class TokenRecord:
     username: str
     issued_at: int
 
+    @classmethod
+    def of(cls, digest: str, username: str, issued_at: int) -> TokenRecord:
+        """Return the record of a stored digest, showing only its first hex digits."""
+        return cls(digest[:DIGEST_PREFIX_LENGTH], username, issued_at)
+
 
 def token_digest(token: str) -> str:
     """Return the SHA-256 hex digest under which a refresh token is stored."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def shown_digest(token: str) -> str:
+    """Return the start of a token's digest: what logs and operators see of a token."""
+    return token_digest(token)[:DIGEST_PREFIX_LENGTH]
 
 
 class RefreshTokenStore(ABC):
@@ -56,9 +67,16 @@ class RefreshTokenStore(ABC):
     def revoke_all(self, username: str) -> int:
         """Forget every refresh token of ``username``; return how many there were."""
 
-    @abstractmethod
     def revoke_digest(self, digest_prefix: str) -> int:
         """Forget the one token whose digest starts with ``digest_prefix``; return 1 or 0."""
+        prefix = digest_prefix.lower()
+        if not 0 < len(prefix) <= 64 or not set(prefix) <= HEX_DIGITS:
+            return 0  # no digest starts so
+        return self._revoke_digest(prefix)
+
+    @abstractmethod
+    def _revoke_digest(self, prefix: str) -> int:
+        """Do ``revoke_digest`` for a prefix of 1 to 64 lowercase hex digits."""
 
     @abstractmethod
     def count(self) -> int:

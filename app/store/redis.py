@@ -28,7 +28,6 @@ from redis.connection import parse_url
 from redis.retry import Retry
 
 from app.store.base import (
-    DIGEST_PREFIX_LENGTH,
     RefreshTokenStore,
     StoreUnavailableError,
     TokenRecord,
@@ -38,7 +37,6 @@ from app.store.base import (
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
 DIGESTS_KEY = "rt:digests"
-HEX_DIGITS = frozenset("0123456789abcdef")
 
 # Shared head of the scripts: KEYS[1] is DIGESTS_KEY, ARGV[1] and ARGV[2] the two
 # key prefixes. A token's user key is found from the token's own hash, so it
@@ -142,16 +140,13 @@ class RedisTokenStore(RefreshTokenStore):
             rows = connection.client.zrange(
                 USER_KEY_PREFIX + username, 0, -1, withscores=True, score_cast_func=int
             )
-        return [TokenRecord(digest[:DIGEST_PREFIX_LENGTH], username, at) for digest, at in rows]
+        return [TokenRecord.of(digest, username, at) for digest, at in rows]
 
     def revoke_all(self, username: str) -> int:
         with self._answering() as connection:
             return int(self._run(connection, connection.revoke_all, [USER_KEY_PREFIX + username]))
 
-    def revoke_digest(self, digest_prefix: str) -> int:
-        prefix = digest_prefix.lower()
-        if not prefix or len(prefix) > 64 or not set(prefix) <= HEX_DIGITS:
-            return 0
+    def _revoke_digest(self, prefix: str) -> int:
         with self._answering() as connection:
             return int(self._run(connection, connection.revoke_prefix, [], prefix))
 

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from app.store.base import (
-    DIGEST_PREFIX_LENGTH,
     RefreshTokenStore,
     StoreUnavailableError,
     TokenRecord,
@@ -38,7 +37,6 @@ class SQLiteTokenStore(RefreshTokenStore):
         self.path = path
         self.timeout = timeout
         self._local = threading.local()
-        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
 
     def issue(self, token: str, username: str) -> None:
         with self._connection() as connection:
@@ -68,7 +66,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                 " ORDER BY issued_at, digest",
                 (username,),
             ).fetchall()
-        return [TokenRecord(digest[:DIGEST_PREFIX_LENGTH], username, at) for digest, at in rows]
+        return [TokenRecord.of(digest, username, at) for digest, at in rows]
 
     def revoke_all(self, username: str) -> int:
         with self._connection() as connection:
@@ -77,16 +75,13 @@ class SQLiteTokenStore(RefreshTokenStore):
             )
         return cursor.rowcount
 
-    def revoke_digest(self, digest_prefix: str) -> int:
-        pattern = digest_prefix.lower()
-        if not pattern or any(char not in "0123456789abcdef" for char in pattern):
-            return 0
+    def _revoke_digest(self, prefix: str) -> int:
         with self._connection() as connection:
             connection.execute("BEGIN IMMEDIATE")
             try:
                 rows = connection.execute(
                     "SELECT digest FROM refresh_tokens WHERE digest >= ? AND digest < ? LIMIT 2",
-                    (pattern, pattern + "g"),
+                    (prefix, prefix + "g"),
                 ).fetchall()
                 if len(rows) != 1:
                     connection.execute("ROLLBACK")

@@ -10,8 +10,7 @@ from werkzeug.routing import BaseConverter
 
 from app.config import current_settings
 from app.request_body import optional_string, read_fields, required_string
-from app.store import get_store, token_digest
-from app.store.base import DIGEST_PREFIX_LENGTH
+from app.store import get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
 from app.views import bodiless
 
@@ -76,7 +75,7 @@ def forbid_caching(response: Response) -> Response:
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
     known = get_store().revoke(refresh_token)
-    digest = token_digest(refresh_token)[:DIGEST_PREFIX_LENGTH]
+    digest = shown_digest(refresh_token)
     current_app.logger.info("revoke: digest=%s known=%s", digest, known)
     return bodiless(204)
 

@@ -63,7 +63,7 @@ class LoginStateSessionInterface(SecureCookieSessionInterface):
 
 def init_third_party_login(app: Flask, settings: Settings) -> None:
     """Register every configured OpenID Connect provider with Authlib."""
-    secret = settings.signing_secret or ""
+    secret = settings.signing_secret
     app.config.update(
         # a key of its own, derived so that it never equals the token key
         SECRET_KEY=hmac.new(secret.encode(), b"login-state", hashlib.sha256).hexdigest(),
