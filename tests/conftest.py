@@ -273,18 +273,25 @@ def pytest_configure(config: pytest.Config) -> None:
         "store(*backends): run the test on these refresh-token stores only "
         f"(default: every one of {', '.join(STORE_BACKENDS)})",
     )
+    config.addinivalue_line(
+        "markers", "own_store: the test sets TOKEN_STORE_URL itself, so it runs once"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run every test that builds an app or a server once per store backend.
 
     The Redis case is marked ``redis``, so ``make test-fast`` leaves it out; a
-    test about one backend only says so with ``@pytest.mark.store("sqlite")``.
+    test about one backend only says so with ``@pytest.mark.store("sqlite")``, and
+    one that sets its own TOKEN_STORE_URL with ``@pytest.mark.own_store``.
     """
     if "store_backend" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("store")
-    backends = marker.args if marker else STORE_BACKENDS
+    if metafunc.definition.get_closest_marker("own_store"):
+        backends: tuple[str, ...] = ("sqlite",)  # overridden by the test: run it once
+    else:
+        backends = marker.args if marker else STORE_BACKENDS
     metafunc.parametrize(
         "store_backend",
         [store_param(name) for name in backends],

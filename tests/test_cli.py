@@ -17,11 +17,9 @@ LISTED_LINE = re.compile(r"([0-9a-f]{12})  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 
 
 @pytest.fixture
-def app(make_app, store_url):
-    app = make_app(TOKEN_STORE_URL=store_url)
-    app.config["TESTING"] = True
-    yield app
-    app.extensions["token_store"].close()
+def store_url(app) -> str:
+    """Return the URL of the store under test (the conftest app runs on each backend)."""
+    return app.config["SETTINGS"].token_store_url
 
 
 def refreshes(client, username: str, refresh_token: str) -> bool:

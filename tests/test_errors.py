@@ -136,6 +136,7 @@ def test_healthz_and_readyz(client):
     assert client.get("/readyz").get_json() == {"status": "ready"}
 
 
+@pytest.mark.own_store
 def test_readyz_is_503_when_the_store_is_unreachable(make_app, tmp_path):
     client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
     (tmp_path / "dir.sqlite3").mkdir()  # after start-up, which refuses a folder at once

@@ -79,6 +79,7 @@ class Client(threading.Thread):
             self.call("protected", "GET", "/user-accessible", headers=bearer)
 
 
+@pytest.mark.own_store
 @pytest.mark.redis
 @pytest.mark.gunicorn
 def test_a_redis_outage_mid_run_is_503_then_the_service_recovers_by_itself(
@@ -143,6 +144,7 @@ def test_a_redis_outage_mid_run_is_503_then_the_service_recovers_by_itself(
     assert len(after) >= 60
 
 
+@pytest.mark.own_store
 @pytest.mark.redis
 @pytest.mark.gunicorn
 def test_a_frozen_redis_is_503_within_the_timeout_and_protected_calls_still_200(
@@ -182,6 +184,7 @@ def test_a_frozen_redis_is_503_within_the_timeout_and_protected_calls_still_200(
     )
 
 
+@pytest.mark.own_store
 @pytest.mark.redis
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_refresh_tokens_survive_a_redis_restart_with_appendonly(make_app, redis_server, how):
@@ -201,6 +204,7 @@ def test_refresh_tokens_survive_a_redis_restart_with_appendonly(make_app, redis_
         assert response.status_code == (401 if username in revoked else 200), username
 
 
+@pytest.mark.own_store
 @pytest.mark.gunicorn
 def test_sqlite_every_login_answered_200_survives_a_worker_killed_mid_burst(
     gunicorn_server, tmp_path, signing_secret

@@ -153,6 +153,7 @@ def test_empty_body_is_400_username_required(client):
     assert response.get_json() == {"message": "username is required"}
 
 
+@pytest.mark.own_store
 def test_login_without_store_write_is_not_a_200(make_app, tmp_path):
     # a store that cannot be opened answers 503, never a token that was not recorded
     client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()

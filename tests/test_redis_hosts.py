@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import fresh
 
-pytestmark = [pytest.mark.redis, pytest.mark.gunicorn]
+pytestmark = [pytest.mark.redis, pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
 USERS = 40
 
