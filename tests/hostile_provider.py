@@ -3,7 +3,8 @@
 The real provider of test_oidc.py is correct by construction; what a broken or
 hostile one sends (a wrong audience, an unsigned ID token, a bad discovery
 document) has to be made on purpose. It serves discovery, JWKS, an authorization
-endpoint that answers at once, and a token endpoint that checks the code and PKCE.
+endpoint that answers at once, and a token endpoint that checks the client, the
+code and PKCE.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ class _Handler(BaseHTTPRequestHandler):
         return self.answer(404, b"{}")
 
     def do_POST(self) -> None:
+        credentials = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if self.headers.get("Authorization") != f"Basic {credentials}":
+            return self.answer(401, b'{"error": "invalid_client"}')
         length = int(self.headers.get("Content-Length", "0"))
         form = dict(parse_qsl(self.rfile.read(length).decode()))
         query = self.provider.pending.pop(form.get("code", ""), None)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
 from flask.testing import FlaskClient
 
-from app.views.oauth import MAX_USER_FIELD_LENGTH
+from app.third_party_login.flow import MAX_USER_FIELD_LENGTH
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 
 
@@ -153,3 +153,26 @@ def test_callback_with_provider_error_is_400_and_forgets_that_login(browser):
     assert response.get_json() == {"message": "login failed: access_denied"}
     replay = browser.get(f"/auth/evil/callback?code=x&state={state}")
     assert replay.get_json()["message"].startswith("login failed: mismatching_state")
+
+
+def test_discovery_fields_cannot_reconfigure_the_client(browser, provider):
+    # Authlib passes discovery fields to its HTTP session; only the ones used are kept
+    provider.discovery_changes = {
+        "code_challenge_method": "plain",
+        "client_id": "someone-else",
+        "token_endpoint_auth_method": "none",
+        "default_timeout": 0.000001,
+        "verify": False,
+        "proxies": {"http": "http://127.0.0.1:9"},
+        "prompt": "none",
+        "response_mode": "fragment",
+    }
+    started = start_login(browser)
+    assert started.status_code == 302, started.data
+    query = parse_qs(urlsplit(started.headers["Location"]).query)
+    assert query["code_challenge_method"] == ["S256"]
+    assert query["client_id"] == [CLIENT_ID]
+    assert "prompt" not in query
+    assert "response_mode" not in query
+    assert finish_login(browser, started).status_code == 302
+    assert browser.get("/api/v1/me").status_code == 200
