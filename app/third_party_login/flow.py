@@ -31,6 +31,9 @@ MAX_PENDING_LOGINS = 3
 ID_TOKEN_LEEWAY = 60
 #: Longest provider user id and display name taken into the cookie token.
 MAX_USER_FIELD_LENGTH = 256
+#: Claims that name the user, best first (OpenID Connect Core 5.1). No other claim is
+#: shown in their place: an email address or the subject is not a display name.
+SHOWN_NAME_CLAIMS = ("name", "preferred_username")
 
 
 class LoginStateSessionInterface(SecureCookieSessionInterface):
@@ -74,7 +77,11 @@ class LoginFlow:
         return login["url"]
 
     def logged_in_user(self, provider: str) -> dict[str, str]:
-        """Check the provider's answer on this request; return the user it logs in, or raise."""
+        """Check the provider's answer on this request; return the user it logs in, or raise.
+
+        The user is ``{source, id, shownName}``, ``shownName`` left out when the
+        provider knows no name for them.
+        """
         client = self.clients[provider]
         issuer = client.load_server_metadata()["issuer"]
         try:
@@ -90,25 +97,38 @@ class LoginFlow:
         except (AuthlibBaseError, JoseError, ValueError, KeyError, TypeError) as error:
             session.pop(f"_state_{provider}_{request.args.get('state')}", None)
             raise _login_failed(provider, _reason(error), error) from None
-        claims = token.get("userinfo") or {}
-        subject = claims.get("sub")
+        id_claims = token.get("userinfo") or {}
+        subject = id_claims.get("sub")
         if not isinstance(subject, str) or not 0 < len(subject) <= MAX_USER_FIELD_LENGTH:
             raise _login_failed(provider, "the provider sent no usable ID token subject")
-        user = {
-            "source": provider,
-            "id": subject,
-            "shownName": _shown_name(claims)[:MAX_USER_FIELD_LENGTH],
-        }
+        shown_name = _shown_name(id_claims)
+        if shown_name is None:  # the profile is at the userinfo endpoint (OIDC Core 5.4)
+            shown_name = _shown_name(_userinfo_of(client, subject, token))
+        user = {"source": provider, "id": subject}
+        if shown_name is not None:
+            user["shownName"] = shown_name[:MAX_USER_FIELD_LENGTH]
         current_app.logger.info("third-party login: provider=%s id=%r", provider, subject)
         return user
 
 
-def _shown_name(claims: dict[str, Any]) -> str:
-    for claim in ("name", "preferred_username", "nickname", "email"):
+def _userinfo_of(client: ProviderClient, subject: str, token: dict[str, Any]) -> dict[str, Any]:
+    """Return the userinfo claims of the login's access token, if about ``subject``; else 400."""
+    access_token = token.get("access_token")
+    if not isinstance(access_token, str) or not access_token:
+        raise _login_failed(client.name, "the provider sent no access token")
+    claims = client.userinfo_claims(access_token)
+    # OIDC Core 5.3.2: the userinfo sub must be the ID token's, or the answer is not used.
+    if claims.get("sub") != subject:
+        raise _login_failed(client.name, "userinfo is about another subject than the ID token")
+    return claims
+
+
+def _shown_name(claims: dict[str, Any]) -> str | None:
+    for claim in SHOWN_NAME_CLAIMS:
         value = claims.get(claim)
         if isinstance(value, str) and value:
             return value
-    return claims["sub"]
+    return None
 
 
 def _forget_old_pending_logins() -> None:

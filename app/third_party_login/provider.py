@@ -1,4 +1,4 @@
-"""One OpenID Connect provider as the login talks to it: discovery and tokens.
+"""One OpenID Connect provider as the login talks to it: discovery, tokens, userinfo.
 
 Authlib does the protocol. This module decides what of the provider's answers
 it may see: only a discovery document that passed the checks is kept, and of
@@ -24,11 +24,12 @@ PROVIDER_TIMEOUT = 10
 ID_TOKEN_ALGORITHMS = (
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
 )  # fmt: skip
-#: Fields a discovery document must have for the code flow to work at all. Nothing else
-#: is kept: Authlib hands the document to its HTTP session as keyword arguments, where
-#: ``verify``, ``proxies``, ``client_id`` or ``code_challenge_method`` would turn off TLS
-#: checks, PKCE or the login itself.
+#: Fields a discovery document must have for the code flow to work at all.
 REQUIRED_METADATA = ("issuer", "authorization_endpoint", "token_endpoint", "jwks_uri")
+#: Fields kept when present. Nothing else is: Authlib hands the document to its HTTP
+#: session as keyword arguments, where ``verify``, ``proxies``, ``client_id`` or
+#: ``code_challenge_method`` would turn off TLS checks, PKCE or the login itself.
+OPTIONAL_METADATA = ("userinfo_endpoint",)
 
 
 class ProviderClient(FlaskOAuth2App):
@@ -59,6 +60,32 @@ class ProviderClient(FlaskOAuth2App):
             self.server_metadata.update(self._checked(document), _loaded_at=time.time())
         return self.server_metadata
 
+    def userinfo_claims(self, access_token: str) -> dict[str, Any]:
+        """Return the claims the userinfo endpoint gives for ``access_token``; 502 if it fails."""
+        endpoint = self.load_server_metadata().get("userinfo_endpoint")
+        if endpoint is None:
+            current_app.logger.warning("identity provider %s: no userinfo_endpoint", self.name)
+            raise BadGateway("identity provider has no userinfo endpoint")
+        try:
+            response = requests.get(
+                endpoint,
+                headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
+                timeout=PROVIDER_TIMEOUT,
+                allow_redirects=False,  # the access token goes to the userinfo endpoint only
+            )
+        except requests.RequestException as error:  # refused, reset, timed out
+            raise provider_unreachable(self.name, error) from None
+        claims = _json(response) if response.status_code == 200 else None
+        if not isinstance(claims, dict):
+            current_app.logger.warning(
+                "identity provider %s: unusable userinfo response (HTTP %s, %s)",
+                self.name,
+                response.status_code,
+                response.headers.get("Content-Type"),
+            )
+            raise BadGateway("identity provider sent an unusable userinfo response")
+        return claims
+
     def _fetch_discovery(self) -> Any:
         try:
             with self._get_session() as session:
@@ -81,6 +108,11 @@ class ProviderClient(FlaskOAuth2App):
             )
             raise BadGateway("identity provider sent an unusable discovery document")
         checked = {name: document[name] for name in REQUIRED_METADATA}
+        checked.update(
+            (name, document[name])
+            for name in OPTIONAL_METADATA
+            if isinstance(document.get(name), str)
+        )
         offered = document.get("id_token_signing_alg_values_supported")
         offered = offered if isinstance(offered, list) else ["RS256"]
         # Authlib verifies the ID token with the algorithms listed here: asymmetric only.
@@ -88,6 +120,13 @@ class ProviderClient(FlaskOAuth2App):
             algorithm for algorithm in offered if algorithm in ID_TOKEN_ALGORITHMS
         ] or ["RS256"]
         return checked
+
+
+def _json(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
 
 
 def provider_unreachable(provider: str, error: Exception) -> BadGateway:
