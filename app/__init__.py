@@ -13,8 +13,8 @@ from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
 from app.store import init_store
+from app.third_party_login import init_app as init_third_party_login
 from app.views import register_blueprints
-from app.views.oauth import init_third_party_login
 
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:

@@ -2,8 +2,9 @@
 
 The real provider of test_oidc.py is correct by construction; what a broken or
 hostile one sends (a wrong audience, an unsigned ID token, a bad discovery
-document) has to be made on purpose. It serves discovery, JWKS, an authorization
-endpoint that answers at once, and a token endpoint that checks the code and PKCE.
+document, a userinfo answer about someone else) has to be made on purpose. It
+serves discovery, JWKS, an authorization endpoint that answers at once, a token
+endpoint that checks the client, the code and PKCE, and a userinfo endpoint.
 """
 
 from __future__ import annotations
@@ -37,12 +38,22 @@ class HostileProvider:
         self.discovery_changes: dict[str, Any] = {}  # a value of None removes the field
         self.discovery_body: bytes | None = None  # replaces the whole document
         self.claim_changes: dict[str, Any] = {}  # a value of None removes the claim
+        self.token_changes: dict[str, Any] = {}  # of the token response; None removes
         self.signing = "RS256"  # or "none", or "HS256" keyed with the client secret
+        self.userinfo_changes: dict[str, Any] = {}  # a value of None removes the claim
+        self.userinfo_status = 200
+        self.userinfo_body: bytes | None = None  # replaces the whole userinfo answer
+        self.userinfo_delay = 0.0  # seconds before the userinfo endpoint answers
+        #: The Authorization header of every userinfo request, in order.
+        self.userinfo_requests: list[str | None] = []
+        self.access_tokens: set[str] = set()
         self.pending: dict[str, dict[str, str]] = {}
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
+        self.stopping.set()  # a delayed userinfo answer gives up at once
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
@@ -55,6 +66,7 @@ class HostileProvider:
             "authorization_endpoint": f"{self.issuer}/authorize",
             "token_endpoint": f"{self.issuer}/token",
             "jwks_uri": f"{self.issuer}/jwks",
+            "userinfo_endpoint": f"{self.issuer}/userinfo",
             "response_types_supported": ["code"],
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": ["RS256"],
@@ -76,6 +88,14 @@ class HostileProvider:
         if self.signing == "HS256":
             return jwt.encode(claims, CLIENT_SECRET, algorithm="HS256")
         return jwt.encode(claims, KEY, algorithm="RS256", headers={"kid": KEY_ID})
+
+    def userinfo(self) -> bytes:
+        if self.userinfo_body is not None:
+            return self.userinfo_body
+        claims = {"sub": "alice", "name": "Alice Example", "email": "alice@example.com"}
+        claims.update(self.userinfo_changes)
+        claims = {key: value for key, value in claims.items() if value is not None}
+        return json.dumps(claims).encode()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -112,21 +132,40 @@ class _Handler(BaseHTTPRequestHandler):
                 query["redirect_uri"] + "?" + urlencode({"code": code, "state": query["state"]})
             )
             return self.answer(302, b"", {"Location": target})
+        if url.path == "/userinfo":
+            return self.answer_userinfo()
         return self.answer(404, b"{}")
 
+    def answer_userinfo(self) -> None:
+        authorization = self.headers.get("Authorization")
+        self.provider.userinfo_requests.append(authorization)
+        if self.provider.stopping.wait(self.provider.userinfo_delay):
+            return  # stopped while waiting: nobody listens any more
+        if authorization in {f"Bearer {token}" for token in self.provider.access_tokens}:
+            self.answer(self.provider.userinfo_status, self.provider.userinfo())
+        else:
+            self.answer(401, b'{"error": "invalid_token"}')
+
     def do_POST(self) -> None:
+        credentials = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if self.headers.get("Authorization") != f"Basic {credentials}":
+            return self.answer(401, b'{"error": "invalid_client"}')
         length = int(self.headers.get("Content-Length", "0"))
         form = dict(parse_qsl(self.rfile.read(length).decode()))
         query = self.provider.pending.pop(form.get("code", ""), None)
         verifier = form.get("code_verifier", "").encode()
         if query is None or _b64(hashlib.sha256(verifier).digest()) != query["code_challenge"]:
             return self.answer(400, b'{"error": "invalid_grant"}')
+        access_token = secrets.token_urlsafe(16)
+        self.provider.access_tokens.add(access_token)
         token = {
-            "access_token": secrets.token_urlsafe(16),
+            "access_token": access_token,
             "token_type": "Bearer",
             "expires_in": 300,
             "id_token": self.provider.id_token(query.get("nonce")),
         }
+        token.update(self.provider.token_changes)
+        token = {key: value for key, value in token.items() if value is not None}
         return self.answer(200, json.dumps(token).encode())
 
 

@@ -154,6 +154,7 @@ def start_provider(
     redirect_uris: list[str],
     *,
     token_endpoint_auth_method: str = "client_secret_basic",  # noqa: S107 (not a secret)
+    profile_in_id_token: bool = False,
     issuer: str | None = None,
     timeout: float = 20.0,
     verbose: bool = False,
@@ -165,6 +166,9 @@ def start_provider(
     ``token_endpoint_auth_method`` (``client_secret_basic`` or
     ``client_secret_post``) is the client's registered metadata; note that
     oidc-provider 9 accepts either of the two secret methods for such a client.
+    On the provider's defaults, profile and email claims (``name``, ``email``)
+    are at the userinfo endpoint only; ``profile_in_id_token=True`` puts them in
+    the ID token too.
     Raises RuntimeError (including node's output) if startup fails or times out.
     """
     reason = node_unavailable_reason()
@@ -180,6 +184,7 @@ def start_provider(
         "OIDC_CLIENT_SECRET": client_secret,
         "OIDC_REDIRECT_URIS": json.dumps(list(redirect_uris)),
         "OIDC_TOKEN_ENDPOINT_AUTH_METHOD": token_endpoint_auth_method,
+        "OIDC_PROFILE_IN_ID_TOKEN": "1" if profile_in_id_token else "0",
         "OIDC_EXIT_ON_STDIN_EOF": "1",
         "OIDC_VERBOSE": "1" if verbose else "0",
     }

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from app.config import ConfigError, Settings
+from tests.conftest import ROOT
 
 PROVIDER = {
     "OIDC_PROVIDERS": "corp",
@@ -64,7 +69,43 @@ def test_http_issuer_is_allowed_on_loopback():
     assert settings.identity_providers[0].issuer == "http://127.0.0.1:9000"
 
 
-def test_unknown_provider_is_404_json(client):
+#: Prints which of the login's heavy libraries a process serving the app has imported.
+IMPORTED_LOGIN_LIBRARIES = """
+import sys
+import wsgi
+print(" ".join(sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[1:]))))
+"""
+
+
+@pytest.mark.parametrize(
+    ("providers", "imported"),
+    [({}, ""), (PROVIDER, "authlib joserfc requests")],
+    ids=["no provider", "a provider"],
+)
+def test_login_libraries_are_imported_only_when_a_provider_is_configured(
+    signing_secret, instance_path, providers, imported
+):
+    environment = {
+        "PATH": os.environ.get("PATH", ""),
+        "SIGNING_SECRET": signing_secret,
+        "INSTANCE_PATH": str(instance_path),
+        **providers,
+    }
+    process = subprocess.run(
+        [sys.executable, "-c", IMPORTED_LOGIN_LIBRARIES, "authlib", "joserfc", "requests"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert process.stdout.strip() == imported
+
+
+@pytest.mark.parametrize("providers", [{}, PROVIDER], ids=["no provider", "another provider"])
+def test_unknown_provider_is_404_json(make_app, providers):
+    client = make_app(**providers).test_client()
     for path in ["/auth/nobody/login", "/auth/nobody/callback?code=x&state=y"]:
         response = client.get(path)
         assert response.status_code == 404

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+import jwt
 import pytest
 import requests
 from flask.testing import FlaskClient
 
-from app.views.oauth import MAX_USER_FIELD_LENGTH
+from app.third_party_login import provider as login_provider
+from app.third_party_login.flow import MAX_USER_FIELD_LENGTH
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 
 
@@ -153,3 +156,154 @@ def test_callback_with_provider_error_is_400_and_forgets_that_login(browser):
     assert response.get_json() == {"message": "login failed: access_denied"}
     replay = browser.get(f"/auth/evil/callback?code=x&state={state}")
     assert replay.get_json()["message"].startswith("login failed: mismatching_state")
+
+
+def test_discovery_fields_cannot_reconfigure_the_client(browser, provider):
+    # Authlib passes discovery fields to its HTTP session; only the ones used are kept
+    provider.discovery_changes = {
+        "code_challenge_method": "plain",
+        "client_id": "someone-else",
+        "token_endpoint_auth_method": "none",
+        "default_timeout": 0.000001,
+        "verify": False,
+        "proxies": {"http": "http://127.0.0.1:9"},
+        "prompt": "none",
+        "response_mode": "fragment",
+    }
+    started = start_login(browser)
+    assert started.status_code == 302, started.data
+    query = parse_qs(urlsplit(started.headers["Location"]).query)
+    assert query["code_challenge_method"] == ["S256"]
+    assert query["client_id"] == [CLIENT_ID]
+    assert "prompt" not in query
+    assert "response_mode" not in query
+    assert finish_login(browser, started).status_code == 302
+    assert browser.get("/api/v1/me").status_code == 200
+
+
+# --- the profile: from the ID token, else from userinfo about the same subject ----------
+
+
+def test_profile_in_the_id_token_is_used_without_calling_userinfo(browser, provider):
+    provider.userinfo_changes = {"name": "Someone Else"}
+    assert log_in(browser).status_code == 302
+    assert browser.get("/api/v1/me").get_json()["shownName"] == "Alice Example"
+    assert provider.userinfo_requests == []
+
+
+def test_profile_missing_from_the_id_token_comes_from_userinfo(browser, provider):
+    provider.claim_changes = {"name": None}
+    provider.userinfo_changes = {"name": "Alice From Userinfo"}
+    assert log_in(browser).status_code == 302
+    assert browser.get("/api/v1/me").get_json() == {
+        "source": "evil",
+        "id": "alice",
+        "shownName": "Alice From Userinfo",
+    }
+    (authorization,) = provider.userinfo_requests
+    assert authorization.removeprefix("Bearer ") in provider.access_tokens
+
+
+@pytest.mark.parametrize("source", ["id_token", "userinfo"])
+def test_preferred_username_is_shown_when_there_is_no_name(browser, provider, source):
+    provider.claim_changes = {"name": None}
+    provider.userinfo_changes = {"name": None}
+    if source == "id_token":
+        provider.claim_changes["preferred_username"] = "alice.e"
+    else:
+        provider.userinfo_changes["preferred_username"] = "alice.e"
+    assert log_in(browser).status_code == 302
+    assert browser.get("/api/v1/me").get_json()["shownName"] == "alice.e"
+
+
+def test_account_without_name_or_preferred_username_has_no_shown_name(
+    browser, provider, signing_secret
+):
+    # nickname, email or the subject are no display name: nothing is made up
+    provider.claim_changes = {"name": None, "nickname": "ally", "email": "alice@example.com"}
+    provider.userinfo_changes = {"name": "", "preferred_username": None, "nickname": "ally"}
+    assert log_in(browser).status_code == 302
+    claims = jwt.decode(
+        browser.get_cookie("jwt").value,
+        signing_secret,
+        algorithms=["HS256"],
+        options={"verify_sub": False},
+    )
+    assert claims["sub"] == {"source": "evil", "id": "alice"}
+    assert browser.get("/api/v1/me").get_json() == {"source": "evil", "id": "alice"}
+
+
+@pytest.mark.parametrize(
+    "changes", [{"sub": "mallory"}, {"sub": None}, {"sub": ""}, {"sub": ["alice"]}], ids=repr
+)
+def test_userinfo_about_another_subject_is_refused(browser, provider, changes):
+    provider.claim_changes = {"name": None}
+    provider.userinfo_changes = changes
+    response = log_in(browser)
+    assert_refused(browser, response)
+    assert response.get_json() == {
+        "message": "login failed: userinfo is about another subject than the ID token"
+    }
+
+
+@pytest.mark.parametrize("access_token", [None, "", 42], ids=repr)
+def test_no_usable_access_token_for_the_userinfo_request_is_refused(
+    browser, provider, access_token
+):
+    provider.claim_changes = {"name": None}
+    provider.token_changes = {"access_token": access_token}
+    response = log_in(browser)
+    assert_refused(browser, response)
+    assert response.get_json() == {"message": "login failed: the provider sent no access token"}
+    assert provider.userinfo_requests == []
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (500, b'{"error": "server_error"}'),
+        (401, b'{"error": "invalid_token"}'),
+        (302, b""),
+        (200, b"<html>oops</html>"),
+        (200, b""),
+        (200, b'[{"sub": "alice", "name": "Alice"}]'),
+        (200, b'"alice"'),
+        (200, b"null"),
+    ],
+    ids=repr,
+)
+def test_broken_userinfo_answer_is_502_without_a_cookie(browser, provider, status, body):
+    provider.claim_changes = {"name": None}
+    provider.userinfo_status, provider.userinfo_body = status, body
+    response = log_in(browser)
+    assert_refused(browser, response, 502)
+    assert response.get_json() == {
+        "message": "identity provider sent an unusable userinfo response"
+    }
+
+
+def test_userinfo_that_does_not_answer_in_time_is_502_without_a_cookie(
+    browser, provider, monkeypatch
+):
+    monkeypatch.setattr(login_provider, "PROVIDER_TIMEOUT", 0.2)
+    provider.claim_changes = {"name": None}
+    provider.userinfo_delay = 30
+    started = time.monotonic()
+    response = log_in(browser)
+    assert time.monotonic() - started < 10
+    assert_refused(browser, response, 502)
+    assert response.get_json() == {"message": "identity provider did not answer"}
+
+
+def test_userinfo_needed_but_not_in_discovery_is_502_without_a_cookie(browser, provider):
+    provider.claim_changes = {"name": None}
+    provider.discovery_changes = {"userinfo_endpoint": None}
+    response = log_in(browser)
+    assert_refused(browser, response, 502)
+    assert response.get_json() == {"message": "identity provider has no userinfo endpoint"}
+
+
+def test_userinfo_not_needed_may_be_missing_from_discovery(browser, provider):
+    provider.discovery_changes = {"userinfo_endpoint": None}
+    assert log_in(browser).status_code == 302
+    assert browser.get("/api/v1/me").get_json()["shownName"] == "Alice Example"

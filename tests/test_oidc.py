@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,13 +15,22 @@ import pytest
 import requests
 
 from tests.conftest import free_port, require_tool
-from tests.oidc_harness import node_unavailable_reason, start_provider, walk_login
+from tests.oidc_harness import (
+    expected_claims,
+    node_unavailable_reason,
+    start_provider,
+    walk_login,
+)
 
-pytestmark = [pytest.mark.oidc, pytest.mark.gunicorn]
+# The third-party login touches no refresh-token store: one backend is enough.
+pytestmark = [pytest.mark.oidc, pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
 CLIENT_ID = "token-service"
 CLIENT_SECRET = "oidc-client-secret-for-tests-only"
 LIFETIME = 900
+#: Where the provider puts the profile claims: at userinfo only (its defaults), or in the
+#: ID token too. A test parametrized with ``deployment`` over these runs once with each.
+PROFILE_PLACES = ["userinfo", "id_token"]
 
 
 class Browser(requests.Session):
@@ -38,14 +50,28 @@ class Deployment:
         return self.app_url + path
 
 
-@pytest.fixture
-def deployment(gunicorn_server, signing_secret) -> Iterator[Deployment]:
-    """A provider that knows our callback, and gunicorn configured for that provider."""
+def require_provider() -> None:
     reason = node_unavailable_reason()
     require_tool(reason is None, "node and the oidc-provider package", str(reason))
+
+
+@pytest.fixture
+def deployment(request, gunicorn_server, signing_secret) -> Iterator[Deployment]:
+    """A provider that knows our callback, and gunicorn configured for that provider.
+
+    The provider runs on its defaults (profile claims at userinfo only), unless
+    the test is parametrized with ``"id_token"`` (one of PROFILE_PLACES).
+    """
+    require_provider()
     server = gunicorn_server(workers=2, run=False)  # its port is bound, so known, already
     callback = f"{server.url}/auth/local/callback"
-    provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [callback])
+    provider = start_provider(
+        free_port(),
+        CLIENT_ID,
+        CLIENT_SECRET,
+        [callback],
+        profile_in_id_token=getattr(request, "param", "userinfo") == "id_token",
+    )
     try:
         server.env.update(
             {
@@ -85,6 +111,49 @@ def provider_callback(browser: Browser, authorize_url: str) -> str:
     return response.headers["Location"]
 
 
+@pytest.mark.parametrize("profile_in", PROFILE_PLACES)
+def test_provider_puts_the_profile_in_the_id_token_only_when_asked(profile_in):
+    """The premise of the login test's two cases: where the real provider puts ``name``."""
+    require_provider()
+    callback = "http://127.0.0.1:9/callback"  # never visited: walk_login stops before it
+    in_id_token = profile_in == "id_token"
+    with (
+        start_provider(
+            free_port(), CLIENT_ID, CLIENT_SECRET, [callback], profile_in_id_token=in_id_token
+        ) as provider,
+        Browser() as browser,
+    ):
+        tokens = code_flow_tokens(browser, provider.issuer, callback)
+        bearer = {"Authorization": f"Bearer {tokens['access_token']}"}
+        userinfo = browser.get(f"{provider.issuer}/me", headers=bearer).json()
+    id_token = jwt.decode(tokens["id_token"], options={"verify_signature": False})
+    assert id_token["sub"] == userinfo["sub"] == "alice"
+    assert userinfo["name"] == expected_claims("alice")["name"]
+    assert ("name" in id_token) == in_id_token
+
+
+def code_flow_tokens(browser: Browser, issuer: str, callback: str) -> dict:
+    """Log alice in at the provider as a bare client would; return the token response."""
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    query = {
+        "response_type": "code", "client_id": CLIENT_ID, "redirect_uri": callback,
+        "scope": "openid profile email", "state": "s", "nonce": "n",
+        "code_challenge": base64.urlsafe_b64encode(digest).rstrip(b"=").decode(),
+        "code_challenge_method": "S256",
+    }  # fmt: skip
+    answer = walk_login(browser, f"{issuer}/auth?{urlencode(query)}")
+    code = parse_qs(urlsplit(answer.headers["Location"]).query)["code"][0]
+    grant = {
+        "grant_type": "authorization_code", "code": code,
+        "redirect_uri": callback, "code_verifier": verifier,
+    }  # fmt: skip
+    response = browser.post(f"{issuer}/token", data=grant, auth=(CLIENT_ID, CLIENT_SECRET))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize("deployment", PROFILE_PLACES, indirect=True)
 def test_browser_login_sets_the_cookie_that_me_reads(deployment, signing_secret):
     browser = Browser()
     authorize_url = start_login(browser, deployment)

@@ -11,6 +11,8 @@
 //   OIDC_REDIRECT_URIS               required, JSON array of exact redirect URIs
 //   OIDC_ISSUER                      optional, default http://127.0.0.1:<port>
 //   OIDC_TOKEN_ENDPOINT_AUTH_METHOD  optional, client_secret_basic (default) | client_secret_post
+//   OIDC_PROFILE_IN_ID_TOKEN=1       optional, put the profile and email claims in the ID
+//                                    token too (by default they are at userinfo only)
 //   OIDC_VERBOSE=1                   optional, show oidc-provider's dev-mode warnings/notices
 //   OIDC_EXIT_ON_STDIN_EOF=1         optional, exit when stdin closes (set by the Python
 //                                    harness so a crashed test run never leaves an orphan)
@@ -128,10 +130,10 @@ const provider = new Provider(issuer, {
     profile: ['name', 'given_name', 'family_name'],
     email: ['email', 'email_verified'],
   },
-  // By default, when a userinfo endpoint exists, scope-derived claims (name,
-  // email) are only returned from userinfo, not in the ID token. The app under
-  // test reads them from the ID token, so put them there too.
-  conformIdTokenClaims: false,
+  // By default (OIDC Core 5.4), claims requested by scope (name, email) are
+  // returned from userinfo only, not in the ID token. OIDC_PROFILE_IN_ID_TOKEN=1
+  // puts them in the ID token too, as some providers do.
+  ...(env.OIDC_PROFILE_IN_ID_TOKEN === '1' ? { conformIdTokenClaims: false } : {}),
   async findAccount(ctx, sub) {
     return {
       accountId: sub,
