@@ -10,9 +10,9 @@ from werkzeug.routing import BaseConverter
 
 from app.config import current_settings
 from app.request_body import optional_string, read_fields, required_string
+from app.responses import bodiless
 from app.store import get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
-from app.views import bodiless
 
 bp = Blueprint("auth", __name__)
 

@@ -14,9 +14,9 @@ from flask import Blueprint, Response, url_for
 from werkzeug.exceptions import NotFound
 
 from app.config import Settings, current_settings
+from app.responses import bodiless
 from app.third_party_login import ROUTE_PREFIX, login_flow
 from app.tokens import issue_cookie_token
-from app.views import bodiless
 
 if TYPE_CHECKING:
     from app.third_party_login.flow import LoginFlow
