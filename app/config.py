@@ -293,7 +293,8 @@ class Settings:
 
 def current_settings() -> Settings:
     """Return the settings of the app handling the current request or command."""
-    return current_app.config["SETTINGS"]  # type: ignore[no-any-return]  (set by create_app)
+    settings: Settings = current_app.config["SETTINGS"]  # put there by create_app
+    return settings
 
 
 def _instance_folder(path: str) -> str:

@@ -51,4 +51,5 @@ def init_store(app: Flask, settings: Settings) -> None:
 
 def get_store() -> RefreshTokenStore:
     """Return the current app's refresh-token store."""
-    return current_app.extensions[EXTENSION_KEY]
+    store: RefreshTokenStore = current_app.extensions[EXTENSION_KEY]
+    return store

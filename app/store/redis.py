@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -129,30 +130,32 @@ class RedisTokenStore(RefreshTokenStore):
 
     def owner_of(self, token: str) -> str | None:
         with self._answering() as connection:
-            return connection.client.hget(TOKEN_KEY_PREFIX + token_digest(token), "username")
+            owner = connection.client.hget(TOKEN_KEY_PREFIX + token_digest(token), "username")
+        return cast(str | None, owner)  # decode_responses: text, not bytes
 
     def revoke(self, token: str) -> bool:
         with self._answering() as connection:
-            return bool(self._run(connection, connection.revoke, [], token_digest(token)))
+            return self._run(connection, connection.revoke, [], token_digest(token)) > 0
 
     def tokens_of(self, username: str) -> list[TokenRecord]:
         with self._answering() as connection:
             rows = connection.client.zrange(
                 USER_KEY_PREFIX + username, 0, -1, withscores=True, score_cast_func=int
             )
-        return [TokenRecord.of(digest, username, at) for digest, at in rows]
+        pairs = cast(list[tuple[str, int]], rows)  # decode_responses, score_cast_func=int
+        return [TokenRecord.of(digest, username, at) for digest, at in pairs]
 
     def revoke_all(self, username: str) -> int:
         with self._answering() as connection:
-            return int(self._run(connection, connection.revoke_all, [USER_KEY_PREFIX + username]))
+            return self._run(connection, connection.revoke_all, [USER_KEY_PREFIX + username])
 
     def _revoke_digest(self, prefix: str) -> int:
         with self._answering() as connection:
-            return int(self._run(connection, connection.revoke_prefix, [], prefix))
+            return self._run(connection, connection.revoke_prefix, [], prefix)
 
     def count(self) -> int:
         with self._answering() as connection:
-            return connection.client.zcard(DIGESTS_KEY)
+            return int(connection.client.zcard(DIGESTS_KEY))
 
     def ping(self) -> None:
         with self._answering() as connection:
@@ -165,10 +168,12 @@ class RedisTokenStore(RefreshTokenStore):
 
     @staticmethod
     def _run(connection: _Connection, script: Script, keys: list[str], *args: str) -> int:
-        return script(
-            keys=[DIGESTS_KEY, *keys],
-            args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, *args],
-            client=connection.client,
+        return int(
+            script(
+                keys=[DIGESTS_KEY, *keys],
+                args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, *args],
+                client=connection.client,
+            )
         )
 
     @contextmanager

@@ -95,7 +95,8 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def count(self) -> int:
         with self._connection() as connection:
-            return connection.execute("SELECT count(*) FROM refresh_tokens").fetchone()[0]
+            (count,) = connection.execute("SELECT count(*) FROM refresh_tokens").fetchone()
+        return int(count)
 
     def ping(self) -> None:
         with self._connection() as connection:
@@ -115,7 +116,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             raise StoreUnavailableError(f"SQLite store {self.path}: {error}") from error
 
     def _open(self) -> sqlite3.Connection:
-        connection = getattr(self._local, "connection", None)
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is not None and self._local.pid == os.getpid():
             return connection
         # autocommit mode: each statement is its own transaction unless BEGIN is issued

@@ -14,7 +14,7 @@ from typing import Any
 import requests
 from authlib.common.errors import AuthlibBaseError
 from flask import Flask, Request, current_app, request, session
-from flask.sessions import SecureCookieSessionInterface, SessionMixin
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from joserfc.errors import JoseError
 from werkzeug.exceptions import BadRequest
 
@@ -43,7 +43,7 @@ class LoginStateSessionInterface(SecureCookieSessionInterface):
     signing serializer for a cookie it would never read.
     """
 
-    def open_session(self, app: Flask, request: Request) -> SessionMixin | None:
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
         # Flask opens the session before it routes the request: go by the path.
         if not request.path.startswith(f"{ROUTE_PREFIX}/"):
             return self.make_null_session(app)
@@ -74,7 +74,7 @@ class LoginFlow:
         login = client.create_authorization_url(callback_url)  # 502 if discovery fails
         _forget_old_pending_logins()
         client.save_authorize_data(redirect_uri=callback_url, **login)
-        return login["url"]
+        return str(login["url"])
 
     def logged_in_user(self, provider: str) -> dict[str, str]:
         """Check the provider's answer on this request; return the user it logs in, or raise.

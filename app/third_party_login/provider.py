@@ -58,7 +58,8 @@ class ProviderClient(FlaskOAuth2App):
         if "_loaded_at" not in self.server_metadata:
             document = self._fetch_discovery()
             self.server_metadata.update(self._checked(document), _loaded_at=time.time())
-        return self.server_metadata
+        metadata: dict[str, Any] = self.server_metadata
+        return metadata
 
     def userinfo_claims(self, access_token: str) -> dict[str, Any]:
         """Return the claims the userinfo endpoint gives for ``access_token``; 502 if it fails."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 
 from flask import Blueprint, Response, current_app, jsonify, request
+from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import BadRequest, Unauthorized
 from werkzeug.routing import BaseConverter
 
@@ -24,8 +25,10 @@ class AnyTextConverter(BaseConverter):
     part_isolating = False
 
 
-# A refresh token in a path is any text, so that every unknown one is simply a 204.
-bp.record_once(lambda state: state.app.url_map.converters.setdefault("any_text", AnyTextConverter))
+@bp.record_once
+def register_converter(state: BlueprintSetupState) -> None:
+    """Let a refresh token in a path be any text, so that every unknown one is a 204."""
+    state.app.url_map.converters.setdefault("any_text", AnyTextConverter)
 
 
 @bp.post("/login")
