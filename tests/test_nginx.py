@@ -319,15 +319,20 @@ def test_metrics_reach_the_service_from_loopback_by_default(proxy):
     wait_until(lambda: access_log_count(proxy, "GET /metrics") == 1, 5, "gunicorn access log")
 
 
-@pytest.mark.parametrize(
-    "path",
-    ["/metrics", "/metrics/", "/metrics?format=text", "//metrics", "/%6Detrics", "/x/../metrics"],
-)
-def test_metrics_are_a_json_403_outside_the_allowed_network(start_proxy, path):
+def test_metrics_are_a_json_403_outside_the_allowed_network(start_proxy):
     proxy = start_proxy(metrics_network="127.0.0.1/32")
-    status, headers, body = request_from("127.0.0.2", proxy.port, "GET", path)
-    assert (status, headers["Content-Type"]) == (403, "application/json")
-    assert json.loads(body) == {"message": "forbidden"}
+    # nginx matches the decoded, normalised path: every spelling of /metrics is refused.
+    for path in [
+        "/metrics",
+        "/metrics/",
+        "/metrics?x=1",
+        "//metrics",
+        "/%6Detrics",
+        "/x/../metrics",
+    ]:
+        status, headers, body = request_from("127.0.0.2", proxy.port, "GET", path)
+        assert (status, headers["Content-Type"]) == (403, "application/json"), path
+        assert json.loads(body) == {"message": "forbidden"}
     # From the allowed network the request reaches gunicorn (whatever the service answers),
     # and it is the only request for the metrics path gunicorn ever saw.
     status, _, _ = request_from("127.0.0.1", proxy.port, "GET", "/metrics")
