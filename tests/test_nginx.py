@@ -5,9 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +18,18 @@ import requests
 
 from tests.conftest import ROOT, Gunicorn, free_port, require_tool, stop_process, wait_until
 
-pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
+# The proxy and its limits do not depend on the token store: one backend is enough.
+pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
 SITE = ROOT / "deploy" / "nginx" / "token-service.conf"
 #: A loopback address other than 127.0.0.1, so the client is told apart from the proxy.
 CLIENT_ADDRESS = "127.0.0.3"
+#: Two more clients for the rate limit, which counts per client address.
+EAGER_CLIENT, CALM_CLIENT = "127.0.0.4", "127.0.0.5"
+JSON = {"Content-Type": "application/json"}
+#: The bursts of /login and /token in the shipped config: requests beyond the steady rate
+#: that nginx answers at once before it refuses.
+BURSTS = re.findall(r"limit_req zone=token_service_auth burst=(\d+) nodelay;", SITE.read_text())
 
 
 @dataclass
@@ -35,64 +44,83 @@ def nginx_binary() -> str | None:
     return shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
 
-def site_config(nginx_port: int, backend_port: int, access_log: Path) -> str:
-    """Return the shipped site config with this test's ports and log file."""
+def site_config(
+    nginx_port: int, backend_port: int, access_log: Path, metrics_network: str | None = None
+) -> str:
+    """Return the shipped site config with this test's ports, log file and metrics network."""
     text = SITE.read_text()
-    for old, new in [
+    replacements = [
         ("listen 80;", f"listen 127.0.0.1:{nginx_port};"),
         ("server 127.0.0.1:8080;", f"server 127.0.0.1:{backend_port};"),
         ("/var/log/nginx/token-service.access.log", str(access_log)),
-    ]:
+    ]
+    if metrics_network is not None:
+        replacements.append(("allow 127.0.0.0/8;", f"allow {metrics_network};"))
+    for old, new in replacements:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     return text
 
 
 @pytest.fixture
-def proxy(gunicorn_server, tmp_path) -> Iterator[Proxy]:
+def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
+    """Return a starter of nginx servers running the shipped site config; all stopped after."""
     nginx = nginx_binary()
     require_tool(nginx is not None, "nginx", "apt-get install nginx")
-    backend = gunicorn_server({"TRUSTED_PROXY_HOPS": "1", "LOG_LEVEL": "INFO"}, workers=2)
-    port, prefix = free_port(), tmp_path / "nginx"
-    prefix.mkdir()
-    access_log = prefix / "access.log"
-    (prefix / "site.conf").write_text(site_config(port, backend.port, access_log))
-    temp_paths = "\n".join(
-        f"{kind}_temp_path {prefix}/{kind};"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    (prefix / "nginx.conf").write_text(
-        f"daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
-        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
-        f"http {{\n{temp_paths}\naccess_log off;\ninclude {prefix}/site.conf;\n}}\n"
-    )
-    process = subprocess.Popen(
-        [
-            nginx,
-            "-p",
-            str(prefix),
-            "-c",
-            str(prefix / "nginx.conf"),
-            "-e",
-            str(prefix / "error.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    started: list[subprocess.Popen] = []
 
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError((prefix / "error.log").read_text())
-        try:
-            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=3).ok
-        except requests.RequestException:  # refused, or too slow on a loaded machine
-            return False
+    def start(backend: Gunicorn | None = None, metrics_network: str | None = None) -> Proxy:
+        if backend is None:
+            backend = gunicorn_server({"TRUSTED_PROXY_HOPS": "1", "LOG_LEVEL": "INFO"}, workers=2)
+        port, prefix = free_port(), tmp_path / f"nginx-{len(started)}"
+        prefix.mkdir()
+        access_log = prefix / "access.log"
+        site = site_config(port, backend.port, access_log, metrics_network)
+        (prefix / "site.conf").write_text(site)
+        temp_paths = "\n".join(
+            f"{kind}_temp_path {prefix}/{kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        (prefix / "nginx.conf").write_text(
+            f"daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
+            f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
+            f"http {{\n{temp_paths}\naccess_log off;\ninclude {prefix}/site.conf;\n}}\n"
+        )
+        process = subprocess.Popen(
+            [
+                nginx,
+                "-p",
+                str(prefix),
+                "-c",
+                str(prefix / "nginx.conf"),
+                "-e",
+                str(prefix / "error.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(process)
 
-    try:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError((prefix / "error.log").read_text())
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=3).ok
+            except requests.RequestException:  # refused, or too slow on a loaded machine
+                return False
+
         wait_until(ready, 15, "nginx")
-        yield Proxy(f"http://127.0.0.1:{port}", port, access_log, backend)
-    finally:
+        return Proxy(f"http://127.0.0.1:{port}", port, access_log, backend)
+
+    yield start
+    for process in started:
         stop_process(process)
+
+
+@pytest.fixture
+def proxy(start_proxy) -> Proxy:
+    """The shipped site config, as shipped but for addresses and paths, before gunicorn."""
+    return start_proxy()
 
 
 def request_from(address: str, port: int, method: str, path: str, body=None, headers=None):
@@ -181,3 +209,161 @@ def test_gunicorn_down_is_a_json_503(proxy):
     assert response.headers["Content-Type"] == "application/json"
     assert response.headers["Retry-After"] == "1"
     assert response.json() == {"message": "service unavailable, try again shortly"}
+
+
+# --- rate limit of /login and /token ------------------------------------------------
+
+
+def until_refused(
+    address: str, port: int, method: str, path: str, body: dict | None = None
+) -> tuple[list[int], tuple[int, dict[str, str], bytes]]:
+    """Send requests back to back from ``address`` until one is a 429.
+
+    Return the statuses before it, and the 429 itself. One kept-alive connection, and the
+    path sent as it is written (requests would decode ``%6C``).
+    """
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=10, source_address=(address, 0)
+    )
+    headers = {"Content-Type": "application/json"}
+    statuses: list[int] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(statuses) < 300 and time.monotonic() < deadline:
+            connection.request(method, path, body=json.dumps(body or {}), headers=headers)
+            response = connection.getresponse()
+            answer = (response.status, dict(response.getheaders()), response.read())
+            if response.status == 429:
+                return statuses, answer
+            statuses.append(response.status)
+    finally:
+        connection.close()
+    pytest.fail(f"{path}: no 429 after {len(statuses)} requests: {statuses[-5:]}")
+
+
+def assert_nginx_429(answer: tuple[int, dict[str, str], bytes]) -> None:
+    status, headers, body = answer
+    assert status == 429
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Retry-After"] == "1"
+    assert json.loads(body) == {"message": "too many requests"}
+
+
+def access_log_count(proxy: Proxy, request_line: str) -> int:
+    return proxy.backend.log_path.read_text().count(f'"{request_line} HTTP/1.1"')
+
+
+def test_login_and_token_share_one_documented_burst():
+    assert len(BURSTS) == 2
+    assert BURSTS[0] == BURSTS[1]
+
+
+def test_login_burst_is_refused_by_nginx_with_a_json_429_after_the_first_requests_pass(proxy):
+    passed, refused = until_refused(
+        EAGER_CLIENT, proxy.port, "POST", "/login", {"username": "eager"}
+    )
+    assert len(passed) > int(BURSTS[0])
+    assert set(passed) == {200}
+    assert_nginx_429(refused)
+    # The refused request never reached gunicorn: it logged exactly the ones that passed.
+    wait_until(lambda: access_log_count(proxy, "POST /login") >= len(passed), 5, "access log")
+    time.sleep(0.2)
+    assert access_log_count(proxy, "POST /login") == len(passed)
+
+
+def test_paths_that_reach_login_are_rate_limited_too(proxy):
+    # nginx matches the decoded, slash-merged path, as gunicorn routes it.
+    for number, path in enumerate(["/%6Cogin", "//login", "/login?next=/"], 10):
+        passed, refused = until_refused(f"127.0.0.{number}", proxy.port, "POST", path)
+        assert len(passed) > int(BURSTS[0]), path
+        assert set(passed) == {400}, path  # the service's own answer to an empty body
+        assert_nginx_429(refused)
+
+
+def test_token_burst_is_refused_by_nginx_for_that_client_only(proxy):
+    status, _, body = request_from(
+        CALM_CLIENT, proxy.port, "POST", "/login", json.dumps({"username": "bob"}), JSON
+    )
+    assert status == 200
+    refresh = {"username": "bob", "refreshToken": json.loads(body)["refreshToken"]}
+    passed, refused = until_refused(EAGER_CLIENT, proxy.port, "POST", "/token", refresh)
+    assert len(passed) > int(BURSTS[0])
+    assert set(passed) == {200}
+    assert_nginx_429(refused)
+    # The budget is per client address: another client still refreshes.
+    status, _, body = request_from(
+        CALM_CLIENT, proxy.port, "POST", "/token", json.dumps(refresh), JSON
+    )
+    assert status == 200
+    assert "accessToken" in json.loads(body)
+
+
+def test_other_paths_are_not_rate_limited(proxy):
+    until_refused(EAGER_CLIENT, proxy.port, "POST", "/login", {"username": "eager"})
+    assert request_from(EAGER_CLIENT, proxy.port, "GET", "/healthz")[0] == 200
+    assert request_from(EAGER_CLIENT, proxy.port, "DELETE", "/token/" + "x" * 42)[0] == 204
+    status, _, body = request_from(EAGER_CLIENT, proxy.port, "GET", "/user-accessible")
+    assert (status, body) == (401, b"Unauthorized")
+
+
+# --- /metrics for the internal network only -----------------------------------------
+
+
+def metrics_logged(proxy: Proxy) -> int:
+    """Return how many requests for the metrics path gunicorn has logged."""
+    return sum("etrics" in line for line in proxy.backend.log_path.read_text().splitlines())
+
+
+def test_metrics_reach_the_service_from_loopback_by_default(proxy):
+    status, _, _ = request_from("127.0.0.2", proxy.port, "GET", "/metrics")
+    assert status != 403
+    wait_until(lambda: access_log_count(proxy, "GET /metrics") == 1, 5, "gunicorn access log")
+
+
+def test_metrics_are_a_json_403_outside_the_allowed_network(start_proxy):
+    proxy = start_proxy(metrics_network="127.0.0.1/32")
+    # nginx matches the decoded, normalised path: every spelling of /metrics is refused.
+    for path in [
+        "/metrics",
+        "/metrics/",
+        "/metrics?x=1",
+        "//metrics",
+        "/%6Detrics",
+        "/x/../metrics",
+    ]:
+        status, headers, body = request_from("127.0.0.2", proxy.port, "GET", path)
+        assert (status, headers["Content-Type"]) == (403, "application/json"), path
+        assert json.loads(body) == {"message": "forbidden"}
+    # From the allowed network the request reaches gunicorn (whatever the service answers),
+    # and it is the only request for the metrics path gunicorn ever saw.
+    status, _, _ = request_from("127.0.0.1", proxy.port, "GET", "/metrics")
+    assert status != 403
+    wait_until(lambda: metrics_logged(proxy) >= 1, 5, "gunicorn access log")
+    assert access_log_count(proxy, "GET /metrics") == 1
+    assert metrics_logged(proxy) == 1
+
+
+# --- keep-alive to gunicorn ---------------------------------------------------------
+
+
+def connections_to(port: int) -> set[tuple[str, str]]:
+    """Return the TCP connections (local, remote) of this host to or from ``port``."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        ports = {int(local.split(":")[1], 16), int(remote.split(":")[1], 16)}
+        if port in ports and state != "0A":  # 0A: LISTEN
+            found.add((local, remote))
+    return found
+
+
+def test_nginx_keeps_connections_to_a_gthread_gunicorn_alive(start_proxy, gunicorn_server):
+    backend = gunicorn_server(
+        {"TRUSTED_PROXY_HOPS": "1", "GUNICORN_CMD_ARGS": "-k gthread --threads 2"}, workers=1
+    )
+    proxy = start_proxy(backend=backend)
+    before = connections_to(backend.port)
+    with requests.Session() as session:
+        for _ in range(30):
+            assert session.get(f"{proxy.url}/healthz", timeout=10).status_code == 200
+    assert len(connections_to(backend.port) - before) <= 1  # 30 requests, at most one new
