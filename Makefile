@@ -7,10 +7,18 @@ OIDC_PROVIDER := tests/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 SERVER_MARKERS := gunicorn or redis or nginx or oidc
 
-.PHONY: help venv run test test-fast lint format bench clean
+# The uv that pyproject.toml's dev extra pins, read from there rather than repeated here.
+UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
+  dev = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]; \
+  print(next(r for r in dev if r.startswith("uv==")))')
+# Pin every platform and Python >= 3.11 in one file, with every distribution's hash.
+COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
+  --custom-compile-command "make requirements" --quiet
+
+.PHONY: help venv run test test-fast lint typecheck format bench requirements clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
 
 venv:  ## a Python 3.11+ virtualenv in .venv (one an older Python made is replaced)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -21,7 +29,8 @@ venv:  ## a Python 3.11+ virtualenv in .venv (one an older Python made is replac
 	  || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 
 $(INSTALLED): requirements.txt requirements-dev.txt | venv
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes \
+	  -r requirements-dev.txt
 	touch $@
 
 # The OpenID Connect provider of the end-to-end tests (skipped, or failed in CI, without npm).
@@ -41,12 +50,30 @@ lint: $(INSTALLED)  ## ruff: lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+typecheck: $(INSTALLED)  ## mypy: strict type check of app/
+	$(BIN)/mypy
+
 bench: $(INSTALLED)  ## wrk against gunicorn, beside a bare-Flask floor (needs wrk)
 	$(BIN)/python bench/run.py
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The dev set is resolved first, so the runtime pins are the very versions the tests run on.
+# Pins already in the files are kept unless ARGS asks for newer ones (README, Dependencies);
+# a file left with merge-conflict markers starts again from its committed version.
+requirements: | venv  ## pin and hash requirements*.txt from pyproject.toml (ARGS=--upgrade: newest)
+	@uv="$(UV_REQUIREMENT)" && echo "pip install $$uv" \
+	  && $(BIN)/python -m pip install --quiet --disable-pip-version-check "$$uv"
+	@for file in requirements-dev.txt requirements.txt; do \
+	  if grep -qE '^(<<<<<<<|=======|>>>>>>>)' $$file 2>/dev/null; then \
+	    echo "$$file has merge-conflict markers: starting from its committed version"; \
+	    git show HEAD:$$file >$$file 2>/dev/null || rm -f $$file; \
+	  fi; \
+	done
+	$(COMPILE) --extra dev --output-file requirements-dev.txt $(ARGS)
+	$(COMPILE) --constraint requirements-dev.txt --output-file requirements.txt
 
 clean:  ## remove the virtualenv, node modules and caches
 	rm -rf $(VENV) $(OIDC_PROVIDER)/node_modules .pytest_cache .ruff_cache
