@@ -49,6 +49,7 @@ class ProviderClient(FlaskOAuth2App):
             },
         )
         self.issuer = provider.issuer
+        self.discovery_url = provider.discovery_url
 
     def load_server_metadata(self) -> dict[str, Any]:
         """Return the checked discovery document, fetched on first use; 502 if unusable.
@@ -89,10 +90,11 @@ class ProviderClient(FlaskOAuth2App):
 
     def _fetch_discovery(self) -> Any:
         try:
-            with self._get_session() as session:
-                response = session.request("GET", self._server_metadata_url, withhold_token=True)
-                response.raise_for_status()
-                return response.json()
+            response = requests.get(
+                self.discovery_url, headers={"Accept": "application/json"}, timeout=PROVIDER_TIMEOUT
+            )
+            response.raise_for_status()
+            return response.json()
         except requests.RequestException as error:  # refused, timed out, HTTP error, not JSON
             raise provider_unreachable(self.name, error) from None
 
