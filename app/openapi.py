@@ -26,7 +26,7 @@ API_VERSION = "0.1.0"
 EXTENSION_KEY = "openapi_json"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
-#: Where each error answer comes from, once; operations refer to these by name.
+#: The shared error answers (components.responses), by status.
 ERRORS = {
     400: "BadRequest",
     404: "NotFound",

@@ -128,6 +128,11 @@ def test_document_is_valid_openapi_3_1(document):
     validate_spec(document)
 
 
+def test_document_version_is_the_service_version(document):
+    setup = (ROOT / "setup.cfg").read_text()
+    assert f"\nversion = {document['info']['version']}\n" in setup
+
+
 def test_document_is_json_and_built_once_per_app(make_app, monkeypatch):
     builds = []  # the cookie name of each app the document was built for
     build = app.openapi.openapi_document
