@@ -60,12 +60,13 @@ def required_string(fields: dict[str, Any], name: str, max_length: int | None = 
 
 
 def optional_string(fields: dict[str, Any], name: str) -> str | None:
-    """Return the string field ``name`` if present, or 400 if it is not a string."""
-    value = fields.get(name)
-    if value is not None and not isinstance(value, str):
+    """Return the string field ``name``, None if absent, or 400 if it is not a string."""
+    if name not in fields:
+        return None
+    value = fields[name]
+    if not isinstance(value, str):  # null too: an optional field is left out, not null
         raise BadRequest(f"{name} must be a string")
-    if value is not None:
-        _check_unicode(name, value)
+    _check_unicode(name, value)
     return value
 
 

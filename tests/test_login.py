@@ -123,6 +123,7 @@ def test_username_of_256_characters_is_accepted(client):
         ({"username": "x" * 257}, "username must be at most 256 characters"),
         ({"username": "\ud800"}, "username must be valid Unicode"),
         ({"username": "a", "password": 5}, "password must be a string"),
+        ({"username": "a", "password": None}, "password must be a string"),
     ],
 )
 def test_bad_login_fields_are_400_with_a_message(client, body, message):

@@ -84,6 +84,13 @@ def test_token_path_with_slashes_is_an_unknown_token_not_a_redirect(client):
         assert response.data == b""
 
 
+@pytest.mark.parametrize("token", ["%0A", "a%0Ab", "%0D%0A", "%09", "%00", "%7F", "%C3%98%0A"])
+def test_token_path_with_control_characters_is_an_unknown_token(client, token):
+    response = client.delete(f"/token/{token}")
+    assert response.status_code == 204, token
+    assert response.data == b""
+
+
 def test_delete_with_an_empty_token_is_404(client):
     response = client.delete("/token/")
     assert response.status_code == 404

@@ -21,7 +21,7 @@ bp = Blueprint("auth", __name__)
 class AnyTextConverter(BaseConverter):
     """Match any non-empty path text, slashes included (``path`` refuses a leading one)."""
 
-    regex = ".+"
+    regex = r"[\s\S]+"  # "." would stop at a newline, which %0A spells in a path
     part_isolating = False
 
 

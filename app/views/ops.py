@@ -1,9 +1,10 @@
-"""Operator endpoints: liveness and readiness probes."""
+"""Operator endpoints: liveness and readiness probes, and the API document."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, jsonify
 
+from app.openapi import openapi_json
 from app.store import get_store
 
 bp = Blueprint("ops", __name__)
@@ -20,3 +21,9 @@ def readyz() -> Response:
     """Answer 200 when the refresh-token store answers, else 503."""
     get_store().ping()
     return jsonify(status="ready")
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """Serve the service's OpenAPI 3.1 document (built once per app)."""
+    return Response(openapi_json(current_app), content_type="application/json")
