@@ -6,7 +6,10 @@ from flask import Flask, current_app
 
 from app.config import Settings
 from app.store.base import (
+    Outcome,
+    RefreshTokenPolicy,
     RefreshTokenStore,
+    Rotation,
     StoreUnavailableError,
     TokenRecord,
     shown_digest,
@@ -14,7 +17,10 @@ from app.store.base import (
 )
 
 __all__ = [
+    "Outcome",
+    "RefreshTokenPolicy",
     "RefreshTokenStore",
+    "Rotation",
     "StoreUnavailableError",
     "TokenRecord",
     "get_store",
@@ -27,19 +33,25 @@ __all__ = [
 EXTENSION_KEY = "token_store"
 
 
-def open_store(url: str, timeout: float, connect_timeout: float | None = None) -> RefreshTokenStore:
+def open_store(
+    url: str,
+    timeout: float,
+    connect_timeout: float | None = None,
+    policy: RefreshTokenPolicy | None = None,
+) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
     ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
     ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
+    ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user limit.
     """
     if url.startswith("sqlite:///"):
         from app.store.sqlite import SQLiteTokenStore
 
-        return SQLiteTokenStore(url[len("sqlite:///") :], timeout)
+        return SQLiteTokenStore(url[len("sqlite:///") :], timeout, policy)
     from app.store.redis import RedisTokenStore
 
-    return RedisTokenStore(url, timeout, connect_timeout)
+    return RedisTokenStore(url, timeout, connect_timeout, policy)
 
 
 def init_store(app: Flask, settings: Settings) -> None:
