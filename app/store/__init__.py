@@ -56,8 +56,13 @@ def open_store(
 
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; connections open on first use."""
+    policy = RefreshTokenPolicy(
+        lifetime=settings.refresh_token_lifetime,
+        per_user=settings.refresh_tokens_per_user,
+        reuse_grace=settings.refresh_token_reuse_grace,
+    )
     app.extensions[EXTENSION_KEY] = open_store(
-        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout
+        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout, policy
     )
 
 
