@@ -22,6 +22,12 @@ from app.tokens import DEFAULT_CLOCK_SKEW, MAX_USERNAME_LENGTH
 MIN_SECRET_BYTES = 32
 #: Largest request body the service reads, in bytes (DESIGN.md: 16 KiB).
 MAX_BODY_BYTES = 16 * 1024
+#: Longest refresh-token lifetime, in seconds (ten years): a typo of a few digits is refused.
+MAX_REFRESH_TOKEN_LIFETIME = 10 * 365 * 86_400
+#: Longest grace for retrying a rotation with the retired token (Cognito's maximum too).
+MAX_REUSE_GRACE = 60
+#: Most live refresh tokens one user may be allowed (the limit is checked at each login).
+MAX_TOKENS_PER_USER = 1000
 #: Name of the generated secret's file in the instance folder.
 SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
 #: Name of the default SQLite file in the instance folder.
@@ -243,6 +249,18 @@ class Settings:
     )
     login_redirect_url: str = _setting("LOGIN_REDIRECT_URL", _redirect_target, "/api/v1/me")
     public_url: str | None = _setting("PUBLIC_URL", _url)
+    refresh_token_rotation: bool = _setting("REFRESH_TOKEN_ROTATION", _boolean, False)
+    refresh_token_reuse_grace: float = _setting(
+        "REFRESH_TOKEN_REUSE_GRACE", _seconds_between(0, MAX_REUSE_GRACE), 0.0
+    )
+    #: 0: no limit.
+    refresh_tokens_per_user: int = _setting(
+        "REFRESH_TOKENS_PER_USER", _int_between(0, MAX_TOKENS_PER_USER), 0
+    )
+    #: None: valid until revoked.
+    refresh_token_lifetime: int | None = _setting(
+        "REFRESH_TOKEN_LIFETIME", _int_between(60, MAX_REFRESH_TOKEN_LIFETIME)
+    )
 
     @classmethod
     def load(
@@ -272,6 +290,8 @@ class Settings:
             raw = source.get(env)
             if raw is not None:
                 values[setting.name] = setting.metadata["parse"](env, str(raw))
+        if values.get("refresh_token_reuse_grace") and not values.get("refresh_token_rotation"):
+            raise ConfigError("REFRESH_TOKEN_REUSE_GRACE needs REFRESH_TOKEN_ROTATION=true")
         values["identity_providers"] = tuple(
             IdentityProvider.from_env(name, source) for name in values.get("identity_providers", ())
         )

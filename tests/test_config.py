@@ -325,3 +325,53 @@ def test_an_admin_username_of_256_characters_can_log_in(make_app):
         "/admin-accessible", headers={"Authorization": f"Bearer {tokens['accessToken']}"}
     )
     assert response.status_code == 200
+
+
+def test_refresh_token_hardening_is_off_by_default():
+    settings = Settings.load(environ={})
+    assert settings.refresh_token_rotation is False
+    assert settings.refresh_token_reuse_grace == 0
+    assert settings.refresh_tokens_per_user == 0
+    assert settings.refresh_token_lifetime is None
+
+
+def test_refresh_token_settings_are_read_at_their_edges():
+    settings = Settings.load(
+        {
+            "REFRESH_TOKEN_ROTATION": "true",
+            "REFRESH_TOKEN_REUSE_GRACE": "60",
+            "REFRESH_TOKENS_PER_USER": "1000",
+            "REFRESH_TOKEN_LIFETIME": "60",
+        }
+    )
+    assert settings.refresh_token_rotation is True
+    assert settings.refresh_token_reuse_grace == 60
+    assert settings.refresh_tokens_per_user == 1000
+    assert settings.refresh_token_lifetime == 60
+    assert Settings.load({"REFRESH_TOKEN_LIFETIME": "315360000"}).refresh_token_lifetime
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"REFRESH_TOKEN_ROTATION": "sometimes"}, "REFRESH_TOKEN_ROTATION must be true or false"),
+        ({"REFRESH_TOKEN_REUSE_GRACE": "5"}, "REFRESH_TOKEN_REUSE_GRACE needs REFRESH_TOKEN_ROT"),
+        (
+            {"REFRESH_TOKEN_ROTATION": "true", "REFRESH_TOKEN_REUSE_GRACE": "61"},
+            "REFRESH_TOKEN_REUSE_GRACE must be between 0 and 60",
+        ),
+        (
+            {"REFRESH_TOKEN_ROTATION": "true", "REFRESH_TOKEN_REUSE_GRACE": "-1"},
+            "REFRESH_TOKEN_REUSE_GRACE must be between",
+        ),
+        ({"REFRESH_TOKENS_PER_USER": "-1"}, "REFRESH_TOKENS_PER_USER must be between 0 and 1000"),
+        ({"REFRESH_TOKENS_PER_USER": "1001"}, "REFRESH_TOKENS_PER_USER must be between"),
+        ({"REFRESH_TOKENS_PER_USER": "two"}, "REFRESH_TOKENS_PER_USER must be a whole number"),
+        ({"REFRESH_TOKEN_LIFETIME": "59"}, "REFRESH_TOKEN_LIFETIME must be between 60 and"),
+        ({"REFRESH_TOKEN_LIFETIME": "315360001"}, "REFRESH_TOKEN_LIFETIME must be between"),
+        ({"REFRESH_TOKEN_LIFETIME": "30d"}, "REFRESH_TOKEN_LIFETIME must be a whole number"),
+    ],
+)
+def test_bad_refresh_token_settings_refuse_to_start(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.load(overrides)

@@ -12,7 +12,7 @@ from redis.connection import AbstractConnection
 
 from app import create_app
 from app.config import ConfigError
-from app.store import StoreUnavailableError, open_store, token_digest
+from app.store import RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
 from app.store.redis import RedisTokenStore
 from app.tokens import new_refresh_token
 from tests.conftest import require_tool, which
@@ -45,6 +45,74 @@ def test_revoking_the_last_token_leaves_no_key_behind(store, session_redis):
     store.revoke(tokens[0])
     store.revoke_digest(token_digest(tokens[1])[:12])
     store.revoke_all("alice")
+    with session_redis.client() as client:
+        assert client.keys("*") == []
+
+
+def all_keys(client) -> dict[str, object]:
+    """Return every key with its contents (hash fields or sorted-set members)."""
+    contents: dict[str, object] = {}
+    for key in client.keys("*"):
+        if client.type(key) == "hash":
+            contents[key] = client.hgetall(key)
+        else:
+            contents[key] = client.zrange(key, 0, -1)
+    return contents
+
+
+def test_a_token_with_a_lifetime_expires_in_redis_and_is_indexed_by_expiry(
+    redis_url, session_redis
+):
+    store = open_store(redis_url, timeout=2, policy=RefreshTokenPolicy(lifetime=3600))
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    digest = token_digest(token)
+    with session_redis.client() as client:
+        assert 3590_000 < client.pttl(f"rt:token:{digest}") <= 3600_000
+        assert client.zrange("rt:expiring", 0, -1) == [digest + "alice"]
+        assert client.ttl("rt:user:alice") == -1  # shared with tokens of other expiries
+    store.close()
+
+
+def test_expired_tokens_leave_no_member_behind_in_any_index(redis_url, session_redis):
+    store = open_store(
+        redis_url, timeout=2, policy=RefreshTokenPolicy(lifetime=60, per_user=5, reuse_grace=5)
+    )
+    start = time.time()
+    store.clock = lambda: start
+    tokens = [new_refresh_token() for _ in range(6)]
+    for n, token in enumerate(tokens):
+        store.issue(token, f"user{n % 2}")
+    successor = new_refresh_token()
+    store.rotate(tokens[0], successor, "user0")  # a family key and a retired token
+    store.clock = lambda: start + 60
+    bob = token_digest(fresh := new_refresh_token())
+    store.issue(fresh, "bob")  # purges a batch: all 7 expired records, none left dangling
+    with session_redis.client() as client:
+        assert all_keys(client) == {
+            "rt:digests": [bob],
+            "rt:expiring": [bob + "bob"],
+            "rt:user:bob": [bob],
+            f"rt:token:{bob}": {"username": "bob", "issued_at": str(int(start) + 60),
+                                "expires_at": str(int(start) + 120)},
+        }  # fmt: skip
+    store.close()
+
+
+def test_a_rotated_family_has_one_key_that_goes_with_it(store, session_redis):
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successor = new_refresh_token()
+    store.rotate(token, successor, "alice")
+    family_key = f"rt:family:{token_digest(token)}"
+    with session_redis.client() as client:
+        assert client.zrange(family_key, 0, -1, withscores=True) == [
+            (token_digest(token), 0.0),
+            (token_digest(successor), 1.0),
+        ]
+        assert client.zrange("rt:digests", 0, -1) == [token_digest(successor)]
+        assert client.ttl(family_key) == -1  # no lifetime: valid until revoked
+    store.rotate(token, new_refresh_token(), "alice")  # reuse: the family is revoked
     with session_redis.client() as client:
         assert client.keys("*") == []
 

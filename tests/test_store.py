@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
+import redis
 
 from app.config import ConfigError, Settings
-from app.store import RefreshTokenStore, StoreUnavailableError, open_store, token_digest
-from app.store.base import DIGEST_PREFIX_LENGTH
+from app.store import (
+    Outcome,
+    RefreshTokenPolicy,
+    RefreshTokenStore,
+    StoreUnavailableError,
+    open_store,
+    token_digest,
+)
+from app.store.base import DIGEST_PREFIX_LENGTH, RETIRED_GENERATIONS_KEPT
+from app.store.redis import TOKEN_KEY_PREFIX, RedisTokenStore
+from app.store.sqlite import SQLiteTokenStore
 from app.tokens import new_refresh_token
 from tests.conftest import stored_contents
 
@@ -30,6 +43,45 @@ def store(store_url: str) -> Iterator[RefreshTokenStore]:
 
 def digest_prefix(token: str) -> str:
     return token_digest(token)[:DIGEST_PREFIX_LENGTH]
+
+
+class Clock:
+    """A store's time source that moves only when told: ``store.clock = Clock()``."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()))  # a whole second, so issue times are exact
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def stored_digests(store: RefreshTokenStore) -> set[str]:
+    """Return the digest of every record the store holds: live, retired or expired."""
+    if isinstance(store, SQLiteTokenStore):
+        with contextlib.closing(sqlite3.connect(store.path)) as database:
+            return {digest for (digest,) in database.execute("SELECT digest FROM refresh_tokens")}
+    assert isinstance(store, RedisTokenStore)
+    with redis.Redis.from_url(store.url, decode_responses=True) as client:
+        return {key.removeprefix(TOKEN_KEY_PREFIX) for key in client.scan_iter("rt:token:*")}
+
+
+@pytest.fixture
+def make_store(store_url: str) -> Iterator[Callable[..., RefreshTokenStore]]:
+    """Return a factory of stores on the one store under test, with a policy and a Clock."""
+    opened: list[RefreshTokenStore] = []
+
+    def make(**policy: Any) -> RefreshTokenStore:
+        store = open_store(store_url, timeout=2, policy=RefreshTokenPolicy(**policy))
+        store.clock = Clock()
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
 
 
 # --- issue, look up, revoke ------------------------------------------------------------
@@ -179,6 +231,338 @@ def test_closed_store_reopens_on_next_use(store):
     assert store.owner_of(token) == "alice"
 
 
+# --- rotation: families, reuse, the grace -------------------------------------------
+
+
+def rotated(store: RefreshTokenStore, token: str, username: str = "alice") -> str:
+    """Rotate ``token`` and return its successor, checking that the rotation succeeded."""
+    successor = new_refresh_token()
+    assert store.rotate(token, successor, username).outcome is Outcome.ROTATED
+    return successor
+
+
+def test_rotation_retires_the_token_and_records_its_successor(make_store):
+    store = make_store()
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successor = new_refresh_token()
+    rotation = store.rotate(token, successor, "alice")
+    assert (rotation.outcome, rotation.family) == (Outcome.ROTATED, digest_prefix(token))
+    assert rotation.succeeded
+    assert store.owner_of(token) is None
+    assert store.owner_of(successor) == "alice"
+    assert [record.digest_prefix for record in store.tokens_of("alice")] == [
+        digest_prefix(successor)
+    ]
+    assert store.count() == 1
+
+
+def test_rotation_of_an_unknown_token_or_another_users_changes_nothing(make_store):
+    store = make_store()
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    for presented, username, outcome in [
+        (new_refresh_token(), "alice", Outcome.UNKNOWN),
+        ("", "alice", Outcome.UNKNOWN),
+        (token, "bob", Outcome.OTHER_USER),
+        (token, "Alice", Outcome.OTHER_USER),
+    ]:
+        successor = new_refresh_token()
+        rotation = store.rotate(presented, successor, username)
+        assert (rotation.outcome, rotation.family, rotation.succeeded) == (outcome, "", False)
+        assert store.owner_of(successor) is None
+    assert store.owner_of(token) == "alice"
+    assert store.count() == 1
+
+
+@pytest.mark.parametrize(("generations", "reused"), [(1, 0), (2, 0), (2, 1), (5, 0), (5, 4)])
+def test_reusing_any_retired_token_revokes_its_whole_family(make_store, generations, reused):
+    store = make_store()
+    chain = [new_refresh_token()]
+    store.issue(chain[0], "alice")
+    other_family = new_refresh_token()
+    store.issue(other_family, "alice")
+    for _ in range(generations):
+        chain.append(rotated(store, chain[-1]))
+    rotation = store.rotate(chain[reused], new_refresh_token(), "alice")
+    assert (rotation.outcome, rotation.family) == (Outcome.REUSED, digest_prefix(chain[0]))
+    assert not rotation.succeeded
+    assert all(store.owner_of(token) is None for token in chain)
+    # the family is forgotten: presented again, any member is only unknown
+    for token in chain:
+        assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert store.owner_of(other_family) == "alice"
+    assert store.count() == 1
+
+
+def test_a_family_remembers_its_last_retired_generations_only(make_store):
+    store = make_store()
+    chain = [new_refresh_token()]
+    store.issue(chain[0], "alice")
+    for _ in range(RETIRED_GENERATIONS_KEPT + 1):
+        chain.append(rotated(store, chain[-1]))
+    # the first is forgotten: unknown, and the family lives on
+    assert store.rotate(chain[0], new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert store.owner_of(chain[-1]) == "alice"
+    # the oldest remembered one is recognised
+    assert store.rotate(chain[1], new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(chain[-1]) is None
+
+
+def test_a_retired_token_within_the_grace_replaces_its_unused_successor(make_store):
+    store = make_store(reuse_grace=10)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    lost = rotated(store, token)  # the answer that never reached the client
+    store.clock.advance(9.9)
+    retry = new_refresh_token()
+    rotation = store.rotate(token, retry, "alice")
+    assert (rotation.outcome, rotation.family) == (Outcome.RETRIED, digest_prefix(token))
+    assert rotation.succeeded
+    assert (store.owner_of(lost), store.owner_of(retry)) == (None, "alice")
+    again = new_refresh_token()  # the grace counts from the first rotation, not the last retry
+    assert store.rotate(token, again, "alice").outcome is Outcome.RETRIED
+    assert [store.owner_of(t) for t in (lost, retry, again)] == [None, None, "alice"]
+    assert store.count() == 1
+    # the replaced successor is retired, not forgotten: whoever holds it reveals the theft
+    assert store.rotate(lost, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(again) is None
+
+
+def test_the_grace_ends_exactly_grace_seconds_after_the_rotation(make_store):
+    store = make_store(reuse_grace=10)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successor = rotated(store, token)
+    store.clock.advance(10)
+    assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(successor) is None
+
+
+def test_the_grace_is_over_once_the_successor_was_used(make_store):
+    store = make_store(reuse_grace=10)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    newest = rotated(store, rotated(store, token))
+    assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(newest) is None
+
+
+def test_without_grace_a_retired_token_is_reuse_at_once(make_store):
+    store = make_store()
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successor = rotated(store, token)
+    assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(successor) is None
+
+
+def test_revoking_the_live_token_forgets_its_family_and_a_retired_one_goes_alone(make_store):
+    store = make_store()
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    second = rotated(store, first)
+    third = rotated(store, second)
+    assert store.revoke(second) is True  # a retired member: just that one
+    assert store.owner_of(third) == "alice"
+    assert store.rotate(second, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert store.revoke(third) is True  # the live member: the family is over
+    assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert store.count() == 0
+    assert stored_digests(store) == set()
+
+
+def test_revoke_all_and_revoke_digest_reach_rotated_families(make_store):
+    store = make_store()
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successor = rotated(store, rotated(store, token))
+    store.issue(new_refresh_token(), "alice")
+    assert store.revoke_digest(digest_prefix(token)) == 0  # retired: not a live token
+    assert store.revoke_all("alice") == 2
+    assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert store.owner_of(successor) is None
+    assert store.count() == 0
+    assert stored_digests(store) == set()
+
+
+def test_rotation_keeps_digests_only_never_a_token(make_store):
+    store = make_store(reuse_grace=5, lifetime=3600, per_user=3)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successors = [rotated(store, token)]
+    successors.append(new_refresh_token())
+    assert store.rotate(token, successors[-1], "alice").outcome is Outcome.RETRIED
+    contents = stored_contents(store)
+    for presented in [token, *successors]:
+        assert presented not in contents
+        assert token_digest(presented) in contents
+
+
+# --- bounded growth: per-user limit, lifetime, purge ---------------------------------
+
+
+def test_the_token_over_the_per_user_limit_revokes_the_oldest(make_store):
+    store = make_store(per_user=3)
+    tokens = []
+    for _ in range(5):
+        tokens.append(new_refresh_token())
+        store.issue(tokens[-1], "alice")
+        store.clock.advance(1)
+    store.issue(new_refresh_token(), "bob")
+    assert [store.owner_of(token) for token in tokens] == [None, None, "alice", "alice", "alice"]
+    assert [record.digest_prefix for record in store.tokens_of("alice")] == [
+        digest_prefix(token) for token in tokens[2:]
+    ]
+    assert store.count() == 4
+
+
+def test_without_a_limit_a_user_holds_any_number_of_tokens(make_store):
+    store = make_store()
+    tokens = [new_refresh_token() for _ in range(30)]
+    for token in tokens:
+        store.issue(token, "alice")
+    assert all(store.owner_of(token) == "alice" for token in tokens)
+
+
+def test_a_rotated_family_counts_once_and_is_evicted_whole(make_store):
+    store = make_store(per_user=2)
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    store.clock.advance(1)
+    second = new_refresh_token()
+    store.issue(second, "alice")
+    store.clock.advance(1)
+    first_successor = rotated(store, first)  # now the most recently issued
+    store.clock.advance(1)
+    third = new_refresh_token()
+    store.issue(third, "alice")  # evicts `second`, the least recently issued or rotated
+    assert [store.owner_of(t) for t in (second, first_successor, third)] == [None, "alice", "alice"]
+    store.clock.advance(1)
+    store.issue(new_refresh_token(), "alice")  # evicts first's family, history included
+    assert store.owner_of(first_successor) is None
+    assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert store.count() == 2
+
+
+def test_expired_tokens_do_not_count_towards_the_limit(make_store):
+    store = make_store(per_user=2, lifetime=60)
+    old = new_refresh_token()
+    store.issue(old, "alice")
+    store.clock.advance(30)
+    young = new_refresh_token()
+    store.issue(young, "alice")
+    store.clock.advance(30)  # `old` expires now
+    newest = new_refresh_token()
+    store.issue(newest, "alice")
+    assert [store.owner_of(t) for t in (old, young, newest)] == [None, "alice", "alice"]
+
+
+def test_concurrent_logins_of_one_user_never_exceed_the_limit(make_store):
+    store = make_store(per_user=3)
+    store.clock = time.time  # real time: threads issue in any order
+    start = threading.Barrier(THREADS, timeout=30)
+
+    def issue_some(worker: int) -> None:
+        start.wait()
+        for _ in range(10):
+            store.issue(new_refresh_token(), "alice")
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(issue_some, range(THREADS)))
+    assert len(store.tokens_of("alice")) == 3
+    assert store.count() == 3
+
+
+def test_a_token_is_unknown_from_the_second_its_lifetime_ends(make_store):
+    store = make_store(lifetime=60)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    store.clock.advance(59.999)
+    assert store.owner_of(token) == "alice"
+    assert [record.digest_prefix for record in store.tokens_of("alice")] == [digest_prefix(token)]
+    store.clock.advance(0.001)
+    assert store.owner_of(token) is None
+    assert store.tokens_of("alice") == []
+    assert store.count() == 0
+    assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    store.clock.advance(1)
+    assert store.owner_of(token) is None
+
+
+def test_without_a_lifetime_a_token_never_expires(make_store):
+    store = make_store()
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    store.clock.advance(10 * 365 * 86_400)
+    assert store.owner_of(token) == "alice"
+    assert store.purge_expired() == 0
+
+
+def test_a_successor_inherits_the_familys_expiry(make_store):
+    store = make_store(lifetime=100)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    store.clock.advance(60)
+    successor = rotated(store, token)
+    store.clock.advance(39)
+    successor = rotated(store, successor)
+    assert store.owner_of(successor) == "alice"
+    store.clock.advance(1)  # 100 s after the login, 40 s after the first rotation
+    assert store.owner_of(successor) is None
+    assert store.rotate(successor, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+
+
+def test_a_family_issued_before_the_lifetime_gets_one_at_its_next_rotation(make_store):
+    token = new_refresh_token()
+    make_store().issue(token, "alice")  # no lifetime then
+    store = make_store(lifetime=100)
+    store.clock.advance(1000)
+    successor = rotated(store, token)
+    store.clock.advance(99)
+    assert store.owner_of(successor) == "alice"
+    store.clock.advance(1)
+    assert store.owner_of(successor) is None
+    assert store.purge_expired() == 2  # its retired predecessor expired with it
+
+
+def test_purge_forgets_expired_tokens_only_and_at_most_the_limit(make_store):
+    store = make_store(lifetime=60)
+    expiring = [new_refresh_token() for _ in range(5)]
+    for token in expiring:
+        store.issue(token, "alice")
+    rotated(store, expiring[0])  # a family: two records
+    store.clock.advance(30)
+    living = new_refresh_token()
+    store.issue(living, "alice")  # purges nothing yet
+    lasting = new_refresh_token()
+    make_store().issue(lasting, "bob")  # issued without a lifetime
+    store.clock.advance(30)
+    assert store.purge_expired(limit=4) == 4
+    assert store.purge_expired(limit=4) == 2
+    assert store.purge_expired(limit=4) == 0
+    assert store.owner_of(living) == "alice"
+    assert store.owner_of(lasting) == "bob"
+    assert store.count() == 2
+    assert stored_digests(store) == {token_digest(living), token_digest(lasting)}
+
+
+def test_issue_and_rotation_purge_a_bounded_batch_of_expired_tokens(make_store):
+    store = make_store(lifetime=60)
+    for _ in range(40):
+        store.issue(new_refresh_token(), "alice")
+    store.clock.advance(60)
+    token = new_refresh_token()
+    store.issue(token, "bob")  # purges one batch (16) of the 40
+    assert store.purge_expired(limit=100) == 24
+    store.clock.advance(1)
+    for _ in range(20):
+        store.issue(new_refresh_token(), "carol")
+    store.clock.advance(60)
+    store.rotate(token, new_refresh_token(), "bob")  # expired itself, but purges a batch
+    assert store.purge_expired(limit=100) == 5  # 20 + bob's one, less one batch of 16
+
+
 # --- concurrency and processes --------------------------------------------------------
 
 THREADS = 8
@@ -276,6 +660,30 @@ def test_a_forked_child_uses_its_own_connections(store):
     assert store.count() == 4
 
 
+@pytest.mark.parametrize("grace", [0, 10])
+def test_of_concurrent_rotations_of_one_token_exactly_one_rotates(make_store, grace):
+    store = make_store(reuse_grace=grace)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successors = [new_refresh_token() for _ in range(THREADS)]
+    start = threading.Barrier(THREADS, timeout=30)
+
+    def rotate(successor: str) -> Outcome:
+        start.wait()
+        return store.rotate(token, successor, "alice").outcome
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        outcomes = Counter(pool.map(rotate, successors))
+    live = [successor for successor in successors if store.owner_of(successor) is not None]
+    if grace:  # each retry replaces the unused successor: one survives
+        assert outcomes == {Outcome.ROTATED: 1, Outcome.RETRIED: THREADS - 1}
+        assert len(live) == 1
+    else:  # the second finds it retired and revokes the family; the others find nothing
+        assert outcomes == {Outcome.ROTATED: 1, Outcome.REUSED: 1, Outcome.UNKNOWN: THREADS - 2}
+        assert live == []
+    assert store.count() == len(live)
+
+
 # --- an unreachable store ------------------------------------------------------------
 
 
@@ -307,6 +715,8 @@ OPERATIONS = {
     "revoke_digest": lambda store: store.revoke_digest("abcdef12"),
     "count": lambda store: store.count(),
     "ping": lambda store: store.ping(),
+    "rotate": lambda store: store.rotate(new_refresh_token(), new_refresh_token(), "alice"),
+    "purge_expired": lambda store: store.purge_expired(),
 }
 
 

@@ -6,7 +6,10 @@ from flask import Flask, current_app
 
 from app.config import Settings
 from app.store.base import (
+    Outcome,
+    RefreshTokenPolicy,
     RefreshTokenStore,
+    Rotation,
     StoreUnavailableError,
     TokenRecord,
     shown_digest,
@@ -14,7 +17,10 @@ from app.store.base import (
 )
 
 __all__ = [
+    "Outcome",
+    "RefreshTokenPolicy",
     "RefreshTokenStore",
+    "Rotation",
     "StoreUnavailableError",
     "TokenRecord",
     "get_store",
@@ -27,25 +33,36 @@ __all__ = [
 EXTENSION_KEY = "token_store"
 
 
-def open_store(url: str, timeout: float, connect_timeout: float | None = None) -> RefreshTokenStore:
+def open_store(
+    url: str,
+    timeout: float,
+    connect_timeout: float | None = None,
+    policy: RefreshTokenPolicy | None = None,
+) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
     ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
     ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
+    ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user limit.
     """
     if url.startswith("sqlite:///"):
         from app.store.sqlite import SQLiteTokenStore
 
-        return SQLiteTokenStore(url[len("sqlite:///") :], timeout)
+        return SQLiteTokenStore(url[len("sqlite:///") :], timeout, policy)
     from app.store.redis import RedisTokenStore
 
-    return RedisTokenStore(url, timeout, connect_timeout)
+    return RedisTokenStore(url, timeout, connect_timeout, policy)
 
 
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; connections open on first use."""
+    policy = RefreshTokenPolicy(
+        lifetime=settings.refresh_token_lifetime,
+        per_user=settings.refresh_tokens_per_user,
+        reuse_grace=settings.refresh_token_reuse_grace,
+    )
     app.extensions[EXTENSION_KEY] = open_store(
-        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout
+        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout, policy
     )
 
 

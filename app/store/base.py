@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 #: How many hex characters of a digest are shown to operators.
 DIGEST_PREFIX_LENGTH = 12
 HEX_DIGITS = frozenset("0123456789abcdef")
+#: Expired tokens forgotten at most per issue or rotation: a bounded, indexed purge.
+PURGE_BATCH = 16
+#: Generations of retired tokens a family remembers, to recognise their reuse; older
+#: ones are forgotten (presented again, they are unknown: 401, the family lives on).
+RETIRED_GENERATIONS_KEPT = 20
 
 
 class StoreUnavailableError(Exception):
@@ -29,6 +37,43 @@ class TokenRecord:
         return cls(digest[:DIGEST_PREFIX_LENGTH], username, issued_at)
 
 
+@dataclass(frozen=True)
+class RefreshTokenPolicy:
+    """How long refresh tokens live and how many a user holds; the defaults are SPEC.md's."""
+
+    #: Seconds from issue until a token is unknown; None: valid until revoked.
+    lifetime: int | None = None
+    #: Live tokens one username may hold; issuing one more forgets the oldest. 0: no limit.
+    per_user: int = 0
+    #: Seconds after its rotation in which a retired token may be rotated again,
+    #: while its successor is unused; 0: never (its reuse revokes the family).
+    reuse_grace: float = 0.0
+
+
+class Outcome(Enum):
+    """What presenting a refresh token for rotation did."""
+
+    ROTATED = "rotated"  # retired; its successor is the family's live token
+    RETRIED = "retried"  # retired already, within the grace: the unused successor replaced
+    REUSED = "reused"  # retired already: the whole family is revoked
+    UNKNOWN = "unknown"  # never issued, revoked, expired or forgotten
+    OTHER_USER = "other_user"  # live, but recorded for another username
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """The answer of ``RefreshTokenStore.rotate``."""
+
+    outcome: Outcome
+    #: The start of the family's digest (its first token's), for logs; "" if unknown.
+    family: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """Return whether the successor was recorded and may be handed out."""
+        return self.outcome in (Outcome.ROTATED, Outcome.RETRIED)
+
+
 def token_digest(token: str) -> str:
     """Return the SHA-256 hex digest under which a refresh token is stored."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
@@ -45,30 +90,63 @@ class RefreshTokenStore(ABC):
     Every method is atomic on its own and safe to call from any process or
     thread. A backend raises StoreUnavailableError, and nothing else, when it
     cannot answer.
+
+    With rotation, each login starts a *family*: ``rotate`` retires a token and
+    records its successor in the same family, so one token of a family is live
+    and the others are retired, kept only to recognise their reuse. A retired
+    token is never a valid one: ``owner_of`` does not know it, and listings and
+    counts leave it out. Forgetting a family's live token forgets its retired ones.
     """
+
+    def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
+        self.policy = policy or RefreshTokenPolicy()
+        #: The time source, seconds since the epoch; tests may replace it.
+        self.clock: Callable[[], float] = time.time
 
     @abstractmethod
     def issue(self, token: str, username: str) -> None:
-        """Record a newly issued refresh token for ``username``."""
+        """Record a newly issued refresh token for ``username``, under the policy.
+
+        With ``policy.per_user``, the user's oldest live tokens (by issue, or last
+        rotation) are forgotten in the same step, so that no more than that many live.
+        """
 
     @abstractmethod
     def owner_of(self, token: str) -> str | None:
-        """Return the username the refresh token was issued to, or None."""
+        """Return the username a live (not retired, not expired) token was issued to, or None."""
+
+    @abstractmethod
+    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+        """Retire ``token`` of ``username`` and record ``successor`` in its family, atomically.
+
+        Of several calls with one token, one rotates it; the others find it retired
+        and revoke its whole family (RFC 9700, 4.14.2), unless ``policy.reuse_grace``
+        lets them replace the still unused successor. The successor inherits the
+        family's expiry: ``policy.lifetime`` counts from the login.
+        """
 
     @abstractmethod
     def revoke(self, token: str) -> bool:
-        """Forget the refresh token; return whether it was known."""
+        """Forget the refresh token; return whether it was known.
+
+        A family's live token takes the family's retired tokens with it; a retired
+        token goes alone.
+        """
+
+    @abstractmethod
+    def purge_expired(self, limit: int = PURGE_BATCH) -> int:
+        """Forget up to ``limit`` expired tokens, through an index; return how many."""
 
     @abstractmethod
     def tokens_of(self, username: str) -> list[TokenRecord]:
-        """Return the records of every refresh token of ``username``, oldest first."""
+        """Return the records of every live refresh token of ``username``, oldest first."""
 
     @abstractmethod
     def revoke_all(self, username: str) -> int:
-        """Forget every refresh token of ``username``; return how many there were."""
+        """Forget every refresh token of ``username``; return how many were live."""
 
     def revoke_digest(self, digest_prefix: str) -> int:
-        """Forget the one token whose digest starts with ``digest_prefix``; return 1 or 0."""
+        """Forget the one live token whose digest starts with ``digest_prefix``; return 1 or 0."""
         prefix = digest_prefix.lower()
         if not 0 < len(prefix) <= 64 or not set(prefix) <= HEX_DIGITS:
             return 0  # no digest starts so
@@ -80,7 +158,7 @@ class RefreshTokenStore(ABC):
 
     @abstractmethod
     def count(self) -> int:
-        """Return how many refresh tokens are stored."""
+        """Return how many live refresh tokens are stored."""
 
     @abstractmethod
     def ping(self) -> None:

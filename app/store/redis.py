@@ -2,25 +2,33 @@
 
 Key layout (``decode_responses`` is on: every key, field and value is text):
 
-``rt:token:<digest>``  hash ``{username, issued_at}`` of one token
-``rt:user:<username>`` sorted set of that user's digests, scored by issued_at
-``rt:digests``         sorted set of every digest, score 0: count and prefix look-up
+``rt:token:<digest>``   hash ``{username, issued_at}`` of one token, plus ``expires_at``
+                        with a lifetime, and ``family``, ``generation``, ``retired_at``
+                        once rotation touched it (see RefreshTokenStore)
+``rt:user:<username>``  sorted set of that user's live digests, scored by issued_at
+``rt:digests``          sorted set of every live digest, score 0: count and prefix look-up
+``rt:family:<digest>``  sorted set of a rotated family's digests, scored by generation
+``rt:expiring``         sorted set of ``<digest><username>`` of every token with an
+                        expiry, scored by it: the index that purges expired tokens
 
 A digest is 64 hex digits, so no token key can be mistaken for another kind, and
 each user key is its fixed prefix followed by the username verbatim: usernames
-holding ``:`` or anything else get keys of their own. No key has a TTL (refresh
-tokens are valid until revoked). Each operation is one MULTI/EXEC transaction or
-one Lua script, so no reader ever sees a token without its index entries.
+holding ``:`` or anything else get keys of their own. With SPEC.md's defaults no
+key has a TTL (refresh tokens are valid until revoked). With a lifetime, a token's
+hash and its family's set expire with the token, and each issue or rotation purges
+a bounded batch of ``rt:expiring``'s due members from the other sets, so nothing
+dangles for long. Each operation is one MULTI/EXEC transaction or one Lua script,
+so no reader ever sees a token without its index entries. Times come from the
+client (the app host's clock), as with SQLite; the TTLs are set relative to them.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -29,7 +37,13 @@ from redis.connection import parse_url
 from redis.retry import Retry
 
 from app.store.base import (
+    DIGEST_PREFIX_LENGTH,
+    PURGE_BATCH,
+    RETIRED_GENERATIONS_KEPT,
+    Outcome,
+    RefreshTokenPolicy,
     RefreshTokenStore,
+    Rotation,
     StoreUnavailableError,
     TokenRecord,
     token_digest,
@@ -37,51 +51,215 @@ from app.store.base import (
 
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
+FAMILY_KEY_PREFIX = "rt:family:"
 DIGESTS_KEY = "rt:digests"
+EXPIRING_KEY = "rt:expiring"
+#: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
+PURGE_ALL_BATCH = 1000
 
-# Shared head of the scripts: KEYS[1] is DIGESTS_KEY, ARGV[1] and ARGV[2] the two
-# key prefixes. A token's user key is found from the token's own hash, so it
-# cannot be declared in KEYS: the store needs one Redis (with replicas if you
-# like), not Redis Cluster.
+# Shared head of the scripts: KEYS[1] and KEYS[2] are DIGESTS_KEY and EXPIRING_KEY,
+# ARGV[1] to ARGV[3] the key prefixes. A token's user and family keys are found from
+# the token's own hash, so they cannot be declared in KEYS: the store needs one Redis
+# (with replicas if you like), not Redis Cluster.
 _FORGET = """
-local digests_key, token_prefix, user_prefix = KEYS[1], ARGV[1], ARGV[2]
+local digests_key, expiring_key = KEYS[1], KEYS[2]
+local token_prefix, user_prefix, family_prefix = ARGV[1], ARGV[2], ARGV[3]
+-- the index entries of a token, whose hash may be gone already (its TTL)
+local function unindex(digest, username)
+    redis.call('ZREM', digests_key, digest)
+    redis.call('ZREM', user_prefix .. username, digest)
+    redis.call('ZREM', expiring_key, digest .. username)
+end
+-- every token of a family, live and retired, and the family itself
+local function forget_family(family, username)
+    local family_key = family_prefix .. family
+    for _, member in ipairs(redis.call('ZRANGE', family_key, 0, -1)) do
+        redis.call('DEL', token_prefix .. member)
+        unindex(member, username)
+    end
+    redis.call('DEL', family_key)
+end
+-- one token; a family's live token takes its retired ones along
 local function forget(digest)
     local token_key = token_prefix .. digest
-    local username = redis.call('HGET', token_key, 'username')
+    local record = redis.call('HMGET', token_key, 'username', 'family', 'retired_at')
     redis.call('ZREM', digests_key, digest)
+    local username, family, retired_at = record[1], record[2], record[3]
     if not username then
         return 0
     end
     redis.call('DEL', token_key)
-    redis.call('ZREM', user_prefix .. username, digest)
+    unindex(digest, username)
+    if family and retired_at then
+        redis.call('ZREM', family_prefix .. family, digest)
+    elseif family then
+        forget_family(family, username)
+    end
     return 1
 end
+-- up to limit tokens whose expiry is at or before now, found by score
+local function purge(now, limit)
+    local due = redis.call('ZRANGEBYSCORE', expiring_key, '-inf', now, 'LIMIT', 0, limit)
+    for _, member in ipairs(due) do
+        local digest, username = string.sub(member, 1, 64), string.sub(member, 65)
+        local token_key = token_prefix .. digest
+        local family = redis.call('HGET', token_key, 'family')
+        redis.call('DEL', token_key)
+        unindex(digest, username)
+        if family then
+            redis.call('ZREM', family_prefix .. family, digest)
+        end
+    end
+    return #due
+end
+local function milliseconds_until(expires_at, now)
+    return math.max(1, math.floor((tonumber(expires_at) - now) * 1000))
+end
 """
-#: ARGV[3]: the digest. Returns 1 if the token was known, else 0.
-REVOKE_SCRIPT = _FORGET + "return forget(ARGV[3])\n"
-#: KEYS[2]: the user key. Returns how many tokens were forgotten.
+#: ARGV[4]: the digest. Returns 1 if the token was known, else 0.
+REVOKE_SCRIPT = _FORGET + "return forget(ARGV[4])\n"
+#: KEYS[3]: the user key. Returns how many tokens were forgotten.
 REVOKE_ALL_SCRIPT = (
     _FORGET
     + """
 local forgotten = 0
-for _, digest in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+for _, digest in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     forgotten = forgotten + forget(digest)
 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[3])
 return forgotten
 """
 )
-#: ARGV[3]: a lowercase hex prefix. Forgets the one token it matches; returns 1 or 0.
+#: ARGV[4]: a lowercase hex prefix. Forgets the one token it matches; returns 1 or 0.
 REVOKE_PREFIX_SCRIPT = (
     _FORGET
     + """
-local prefix = ARGV[3]
+local prefix = ARGV[4]
 local found = redis.call('ZRANGEBYLEX', digests_key, '[' .. prefix, '(' .. prefix .. 'g',
                          'LIMIT', 0, 2)
 if #found ~= 1 then
     return 0
 end
 return forget(found[1])
+"""
+)
+#: ARGV[4]: now, ARGV[5]: the most to purge. Returns how many expired tokens it forgot.
+PURGE_SCRIPT = _FORGET + "return purge(ARGV[4], tonumber(ARGV[5]))\n"
+#: ARGV[4..10]: digest, username, now, issued_at, expires_at ('' for none), the
+#: per-user limit (0 for none), the purge batch. Issues under a lifetime or a limit.
+ISSUE_SCRIPT = (
+    _FORGET
+    + """
+local digest, username, now, issued_at = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local expires_at, per_user = ARGV[8], tonumber(ARGV[9])
+purge(ARGV[6], tonumber(ARGV[10]))
+local user_key = user_prefix .. username
+if per_user > 0 then
+    local live = {}
+    for _, member in ipairs(redis.call('ZRANGE', user_key, 0, -1)) do  -- oldest first
+        local record = redis.call('HMGET', token_prefix .. member, 'username', 'expires_at')
+        if not record[1] then
+            unindex(member, username)
+        elseif record[2] and tonumber(record[2]) <= now then
+            forget(member)
+        else
+            table.insert(live, member)
+        end
+    end
+    for index = 1, #live - per_user + 1 do
+        forget(live[index])
+    end
+end
+local token_key = token_prefix .. digest
+redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at)
+redis.call('ZADD', user_key, issued_at, digest)
+redis.call('ZADD', digests_key, 0, digest)
+if expires_at ~= '' then
+    redis.call('HSET', token_key, 'expires_at', expires_at)
+    redis.call('ZADD', expiring_key, expires_at, digest .. username)
+    redis.call('PEXPIRE', token_key, milliseconds_until(expires_at, now))
+end
+return 1
+"""
+)
+#: ARGV[4..12]: digest, successor's digest, username, now, issued_at, lifetime ('' for
+#: none), grace, generations kept, purge batch. Returns {outcome, family}.
+ROTATE_SCRIPT = (
+    _FORGET
+    + """
+local digest, successor, username = ARGV[4], ARGV[5], ARGV[6]
+local now, issued_at, lifetime = tonumber(ARGV[7]), ARGV[8], ARGV[9]
+if lifetime ~= '' then
+    purge(ARGV[7], tonumber(ARGV[12]))
+end
+local token_key = token_prefix .. digest
+local record = redis.call('HMGET', token_key, 'username', 'family', 'generation', 'expires_at',
+                          'retired_at')
+local owner, family, generation, expires_at = record[1], record[2], record[3], record[4]
+if not owner or (expires_at and now >= tonumber(expires_at)) then
+    return {'unknown', ''}
+end
+if owner ~= username then
+    return {'other_user', ''}
+end
+family = family or digest
+generation = tonumber(generation or '0')
+local family_key, user_key = family_prefix .. family, user_prefix .. username
+local function retire(member)
+    redis.call('HSET', token_prefix .. member, 'retired_at', ARGV[7])
+    redis.call('ZREM', digests_key, member)
+    redis.call('ZREM', user_key, member)
+end
+local outcome = 'rotated'
+if record[5] then
+    local unused = nil
+    if now < tonumber(record[5]) + tonumber(ARGV[10]) then
+        for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, generation + 1,
+                                           generation + 1)) do
+            local state = redis.call('HMGET', token_prefix .. member, 'username', 'retired_at')
+            if state[1] and not state[2] then
+                unused = member
+            end
+        end
+    end
+    if not unused then
+        forget_family(family, username)
+        return {'reused', family}
+    end
+    outcome = 'retried'
+    retire(unused)  -- retired, not forgotten: whoever presents it later revokes the family
+else
+    redis.call('HSET', token_key, 'family', family, 'generation', generation)
+    retire(digest)
+    redis.call('ZADD', family_key, generation, digest)
+end
+if not expires_at and lifetime ~= '' then  -- a family older than the setting
+    expires_at = tonumber(issued_at) + tonumber(lifetime)
+    for _, member in ipairs(redis.call('ZRANGE', family_key, 0, -1)) do
+        redis.call('HSET', token_prefix .. member, 'expires_at', expires_at)
+        redis.call('ZADD', expiring_key, expires_at, member .. username)
+        redis.call('PEXPIRE', token_prefix .. member, milliseconds_until(expires_at, now))
+    end
+end
+local successor_key = token_prefix .. successor
+redis.call('HSET', successor_key, 'username', username, 'issued_at', issued_at,
+           'family', family, 'generation', generation + 1)
+redis.call('ZADD', user_key, issued_at, successor)
+redis.call('ZADD', digests_key, 0, successor)
+redis.call('ZADD', family_key, generation + 1, successor)
+if expires_at then
+    redis.call('HSET', successor_key, 'expires_at', expires_at)
+    redis.call('ZADD', expiring_key, expires_at, successor .. username)
+    redis.call('PEXPIRE', successor_key, milliseconds_until(expires_at, now))
+    redis.call('PEXPIRE', family_key, milliseconds_until(expires_at, now))
+end
+local cutoff = '(' .. (generation + 1 - tonumber(ARGV[11]))
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, '-inf', cutoff)) do
+    redis.call('DEL', token_prefix .. member)
+    unindex(member, username)
+end
+redis.call('ZREMRANGEBYSCORE', family_key, '-inf', cutoff)
+return {outcome, family}
 """
 )
 
@@ -95,6 +273,9 @@ class _Connection:
     revoke: Script
     revoke_all: Script
     revoke_prefix: Script
+    purge: Script
+    issue: Script
+    rotate: Script
 
 
 class RedisTokenStore(RefreshTokenStore):
@@ -107,7 +288,14 @@ class RedisTokenStore(RefreshTokenStore):
     frozen Redis answers StoreUnavailableError within one timeout, not a multiple.
     """
 
-    def __init__(self, url: str, timeout: float, connect_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        connect_timeout: float | None = None,
+        policy: RefreshTokenPolicy | None = None,
+    ) -> None:
+        super().__init__(policy)
         options = parse_url(url)  # checked by Settings at start-up
         self.url = url
         self.timeout = timeout
@@ -118,9 +306,17 @@ class RedisTokenStore(RefreshTokenStore):
         self._connection: _Connection | None = None
 
     def issue(self, token: str, username: str) -> None:
-        digest, issued_at = token_digest(token), int(time.time())
+        now, policy = self.clock(), self.policy
+        digest, issued_at = token_digest(token), int(now)
         with self._answering() as connection:
-            transaction = connection.client.pipeline(transaction=True)
+            if policy.lifetime or policy.per_user:
+                expires_at = issued_at + policy.lifetime if policy.lifetime else ""
+                self._run(
+                    connection, connection.issue, [], digest, username, repr(now),
+                    issued_at, expires_at, policy.per_user, PURGE_BATCH,
+                )  # fmt: skip
+                return
+            transaction = connection.client.pipeline(transaction=True)  # SPEC.md's defaults
             transaction.hset(
                 TOKEN_KEY_PREFIX + digest, mapping={"username": username, "issued_at": issued_at}
             )
@@ -129,15 +325,35 @@ class RedisTokenStore(RefreshTokenStore):
             transaction.execute()
 
     def owner_of(self, token: str) -> str | None:
+        key = TOKEN_KEY_PREFIX + token_digest(token)
         with self._answering() as connection:
-            owner = connection.client.hget(TOKEN_KEY_PREFIX + token_digest(token), "username")
-        return cast(str | None, owner)  # decode_responses: text, not bytes
+            record = connection.client.hmget(key, ["username", "expires_at", "retired_at"])
+        owner, expires_at, retired_at = cast(list[str | None], record)  # decode_responses: text
+        if retired_at is not None or (expires_at is not None and self.clock() >= int(expires_at)):
+            return None
+        return owner
+
+    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+        now, policy = self.clock(), self.policy
+        with self._answering() as connection:
+            outcome, family = self._call(
+                connection, connection.rotate, [],
+                token_digest(token), token_digest(successor), username, repr(now), int(now),
+                policy.lifetime or "", repr(policy.reuse_grace), RETIRED_GENERATIONS_KEPT,
+                PURGE_BATCH,
+            )  # fmt: skip
+        return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH])
 
     def revoke(self, token: str) -> bool:
         with self._answering() as connection:
             return self._run(connection, connection.revoke, [], token_digest(token)) > 0
 
+    def purge_expired(self, limit: int = PURGE_BATCH) -> int:
+        with self._answering() as connection:
+            return self._run(connection, connection.purge, [], repr(self.clock()), limit)
+
     def tokens_of(self, username: str) -> list[TokenRecord]:
+        self._purge_all_expired()
         with self._answering() as connection:
             rows = connection.client.zrange(
                 USER_KEY_PREFIX + username, 0, -1, withscores=True, score_cast_func=int
@@ -150,12 +366,19 @@ class RedisTokenStore(RefreshTokenStore):
             return self._run(connection, connection.revoke_all, [USER_KEY_PREFIX + username])
 
     def _revoke_digest(self, prefix: str) -> int:
+        self._purge_all_expired()
         with self._answering() as connection:
             return self._run(connection, connection.revoke_prefix, [], prefix)
 
     def count(self) -> int:
+        self._purge_all_expired()
         with self._answering() as connection:
             return int(connection.client.zcard(DIGESTS_KEY))
+
+    def _purge_all_expired(self) -> None:
+        """Purge every expired token, a batch per script call, so the indexes hold live ones."""
+        while self.purge_expired(PURGE_ALL_BATCH) == PURGE_ALL_BATCH:
+            pass
 
     def ping(self) -> None:
         with self._answering() as connection:
@@ -166,14 +389,18 @@ class RedisTokenStore(RefreshTokenStore):
         if connection is not None and connection.pid == os.getpid():
             connection.client.close()  # a parent's sockets are left to the parent
 
+    @classmethod
+    def _run(
+        cls, connection: _Connection, script: Script, keys: list[str], *args: str | int
+    ) -> int:
+        return int(cls._call(connection, script, keys, *args))
+
     @staticmethod
-    def _run(connection: _Connection, script: Script, keys: list[str], *args: str) -> int:
-        return int(
-            script(
-                keys=[DIGESTS_KEY, *keys],
-                args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, *args],
-                client=connection.client,
-            )
+    def _call(connection: _Connection, script: Script, keys: list[str], *args: str | int) -> Any:
+        return script(
+            keys=[DIGESTS_KEY, EXPIRING_KEY, *keys],
+            args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, FAMILY_KEY_PREFIX, *args],
+            client=connection.client,
         )
 
     @contextmanager
@@ -212,6 +439,9 @@ class RedisTokenStore(RefreshTokenStore):
             revoke=client.register_script(REVOKE_SCRIPT),
             revoke_all=client.register_script(REVOKE_ALL_SCRIPT),
             revoke_prefix=client.register_script(REVOKE_PREFIX_SCRIPT),
+            purge=client.register_script(PURGE_SCRIPT),
+            issue=client.register_script(ISSUE_SCRIPT),
+            rotate=client.register_script(ROTATE_SCRIPT),
         )
         self._connection = connection
         return connection

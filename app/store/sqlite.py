@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 import sqlite3
 import threading
@@ -10,7 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from app.store.base import (
+    DIGEST_PREFIX_LENGTH,
+    PURGE_BATCH,
+    RETIRED_GENERATIONS_KEPT,
+    Outcome,
+    RefreshTokenPolicy,
     RefreshTokenStore,
+    Rotation,
     StoreUnavailableError,
     TokenRecord,
     token_digest,
@@ -18,84 +25,208 @@ from app.store.base import (
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS refresh_tokens (
-    digest    TEXT PRIMARY KEY,
-    username  TEXT NOT NULL,
-    issued_at INTEGER NOT NULL
+    digest     TEXT PRIMARY KEY,
+    username   TEXT NOT NULL,
+    issued_at  INTEGER NOT NULL,
+    expires_at INTEGER,
+    family     TEXT,
+    generation INTEGER,
+    retired_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS refresh_tokens_by_username ON refresh_tokens (username, issued_at);
+"""
+#: Columns added since the first schema: ALTER TABLE adds each one a file lacks.
+#: ``expires_at``: NULL, valid until revoked. ``family``: the digest of the family's
+#: first token, NULL for a token never rotated (a family of its own); ``generation``:
+#: 0 for a login, +1 per rotation; ``retired_at``: when it was rotated, NULL while live.
+ADDED_COLUMNS = {
+    "expires_at": "INTEGER",
+    "family": "TEXT",
+    "generation": "INTEGER",
+    "retired_at": "REAL",
+}
+#: Partial indexes: a token without expiry or family (SPEC.md's defaults) adds nothing.
+INDEXES = """
+CREATE INDEX IF NOT EXISTS refresh_tokens_by_expiry
+    ON refresh_tokens (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS refresh_tokens_by_family
+    ON refresh_tokens (family, generation) WHERE family IS NOT NULL;
 """
 
 
 class SQLiteTokenStore(RefreshTokenStore):
     """Refresh tokens in one SQLite file.
 
+    A live token, one that ``owner_of`` and the listings know, is neither retired
+    nor expired: ``retired_at IS NULL AND (expires_at IS NULL OR expires_at > now)``.
+
     Connections are opened lazily, one per thread of each process, so that
-    nothing opened before gunicorn forks is ever used by a worker.
+    nothing opened before gunicorn forks is ever used by a worker. What reads
+    and changes several rows runs in one ``BEGIN IMMEDIATE`` transaction: the
+    write lock is taken first, so no other process interleaves.
     """
 
-    def __init__(self, path: str, timeout: float) -> None:
+    def __init__(self, path: str, timeout: float, policy: RefreshTokenPolicy | None = None) -> None:
+        super().__init__(policy)
         self.path = path
         self.timeout = timeout
         self._local = threading.local()
 
     def issue(self, token: str, username: str) -> None:
+        now, policy = self.clock(), self.policy
+        issued_at = int(now)
+        expires_at = issued_at + policy.lifetime if policy.lifetime else None
         with self._connection() as connection:
-            connection.execute(
-                "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
-                (token_digest(token), username, int(time.time())),
-            )
+            if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
+                connection.execute(
+                    "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
+                    (token_digest(token), username, issued_at),
+                )
+                return
+            with _transaction(connection):
+                if policy.lifetime:
+                    _purge(connection, now, PURGE_BATCH)
+                if policy.per_user:
+                    live = connection.execute(
+                        "SELECT digest, family FROM refresh_tokens"
+                        " WHERE username = ? AND retired_at IS NULL"
+                        " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, digest",
+                        (username, now),
+                    ).fetchall()
+                    for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
+                        _forget_live(connection, digest, family)
+                connection.execute(
+                    "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (token_digest(token), username, issued_at, expires_at),
+                )
 
     def owner_of(self, token: str) -> str | None:
         with self._connection() as connection:
             row = connection.execute(
-                "SELECT username FROM refresh_tokens WHERE digest = ?", (token_digest(token),)
+                "SELECT username FROM refresh_tokens WHERE digest = ? AND retired_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (token_digest(token), self.clock()),
             ).fetchone()
         return row[0] if row else None
 
+    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+        now, policy = self.clock(), self.policy
+        digest = token_digest(token)
+        with self._connection() as connection, _transaction(connection):
+            if policy.lifetime:
+                _purge(connection, now, PURGE_BATCH)
+            row = connection.execute(
+                "SELECT username, family, generation, expires_at, retired_at"
+                " FROM refresh_tokens WHERE digest = ?",
+                (digest,),
+            ).fetchone()
+            if row is None or (row[3] is not None and now >= row[3]):
+                return Rotation(Outcome.UNKNOWN)
+            owner, family, generation, expires_at, retired_at = row
+            if not hmac.compare_digest(owner.encode(), username.encode()):
+                return Rotation(Outcome.OTHER_USER)
+            family, generation = family or digest, generation or 0
+            shown = family[:DIGEST_PREFIX_LENGTH]
+            if retired_at is None:
+                outcome = Outcome.ROTATED
+                connection.execute(
+                    "UPDATE refresh_tokens SET retired_at = ?, family = ?, generation = ?"
+                    " WHERE digest = ?",
+                    (now, family, generation, digest),
+                )
+            else:
+                unused = None
+                if now < retired_at + policy.reuse_grace:
+                    unused = connection.execute(  # the successor, if nothing rotated it yet
+                        "SELECT digest FROM refresh_tokens"
+                        " WHERE family = ? AND generation = ? AND retired_at IS NULL",
+                        (family, generation + 1),
+                    ).fetchone()
+                if unused is None:
+                    connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+                    return Rotation(Outcome.REUSED, shown)
+                outcome = Outcome.RETRIED
+                # retired, not forgotten: whoever presents it later revokes the family
+                connection.execute(
+                    "UPDATE refresh_tokens SET retired_at = ? WHERE digest = ?", (now, *unused)
+                )
+            if expires_at is None and policy.lifetime:  # a family older than the setting
+                expires_at = int(now) + policy.lifetime
+                connection.execute(
+                    "UPDATE refresh_tokens SET expires_at = ? WHERE family = ?",
+                    (expires_at, family),
+                )
+            connection.execute(
+                "INSERT INTO refresh_tokens"
+                " (digest, username, issued_at, expires_at, family, generation)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (token_digest(successor), owner, int(now), expires_at, family, generation + 1),
+            )
+            connection.execute(
+                "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
+                (family, generation + 1 - RETIRED_GENERATIONS_KEPT),
+            )
+        return Rotation(outcome, shown)
+
     def revoke(self, token: str) -> bool:
         with self._connection() as connection:
-            cursor = connection.execute(
-                "DELETE FROM refresh_tokens WHERE digest = ?", (token_digest(token),)
-            )
-        return cursor.rowcount > 0
+            # fetchall: a RETURNING statement commits when its last row is read
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE digest = ? RETURNING family, retired_at",
+                (token_digest(token),),
+            ).fetchall()
+            if rows and rows[0][0] is not None and rows[0][1] is None:
+                # the family's live token: its retired ones could only be reused now
+                connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (rows[0][0],))
+        return bool(rows)
+
+    def purge_expired(self, limit: int = PURGE_BATCH) -> int:
+        with self._connection() as connection:
+            return _purge(connection, self.clock(), limit)
 
     def tokens_of(self, username: str) -> list[TokenRecord]:
         with self._connection() as connection:
             rows = connection.execute(
                 "SELECT digest, issued_at FROM refresh_tokens WHERE username = ?"
+                " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
                 " ORDER BY issued_at, digest",
-                (username,),
+                (username, self.clock()),
             ).fetchall()
         return [TokenRecord.of(digest, username, at) for digest, at in rows]
 
     def revoke_all(self, username: str) -> int:
+        now = self.clock()
         with self._connection() as connection:
-            cursor = connection.execute(
-                "DELETE FROM refresh_tokens WHERE username = ?", (username,)
-            )
-        return cursor.rowcount
+            # raw columns only: SQLite 3.40 gets `IS NULL` wrong in a WITHOUT ROWID RETURNING
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE username = ? RETURNING retired_at, expires_at",
+                (username,),
+            ).fetchall()
+        return sum(
+            retired is None and (expires is None or expires > now) for retired, expires in rows
+        )
 
     def _revoke_digest(self, prefix: str) -> int:
-        with self._connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                rows = connection.execute(
-                    "SELECT digest FROM refresh_tokens WHERE digest >= ? AND digest < ? LIMIT 2",
-                    (prefix, prefix + "g"),
-                ).fetchall()
-                if len(rows) != 1:
-                    connection.execute("ROLLBACK")
-                    return 0
-                connection.execute("DELETE FROM refresh_tokens WHERE digest = ?", rows[0])
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
+        with self._connection() as connection, _transaction(connection):
+            rows = connection.execute(
+                "SELECT digest, family FROM refresh_tokens"
+                " WHERE digest >= ? AND digest < ? AND retired_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?) LIMIT 2",
+                (prefix, prefix + "g", self.clock()),
+            ).fetchall()
+            if len(rows) != 1:
+                return 0
+            _forget_live(connection, *rows[0])
         return 1
 
     def count(self) -> int:
         with self._connection() as connection:
-            (count,) = connection.execute("SELECT count(*) FROM refresh_tokens").fetchone()
+            (count,) = connection.execute(
+                "SELECT count(*) FROM refresh_tokens"
+                " WHERE retired_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                (self.clock(),),
+            ).fetchone()
         return int(count)
 
     def ping(self) -> None:
@@ -142,6 +273,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             try:
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.executescript(SCHEMA)
+                _migrate(connection)
                 break
             except sqlite3.OperationalError:
                 if time.monotonic() >= deadline:
@@ -150,3 +282,48 @@ class SQLiteTokenStore(RefreshTokenStore):
         for path in (self.path, self.path + "-wal", self.path + "-shm"):
             if os.path.exists(path):
                 os.chmod(path, 0o600)  # tokens are digests, but usernames are personal data
+
+
+@contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """Run the block in one write transaction, taken at once: commit, or roll back on error."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _purge(connection: sqlite3.Connection, now: float, limit: int) -> int:
+    """Forget up to ``limit`` expired tokens, found through the expiry index."""
+    cursor = connection.execute(
+        "DELETE FROM refresh_tokens WHERE digest IN"
+        " (SELECT digest FROM refresh_tokens WHERE expires_at <= ? LIMIT ?)",
+        (now, limit),
+    )
+    return cursor.rowcount
+
+
+def _forget_live(connection: sqlite3.Connection, digest: str, family: str | None) -> None:
+    """Forget a live token, and with it its family's retired tokens."""
+    if family is None:
+        connection.execute("DELETE FROM refresh_tokens WHERE digest = ?", (digest,))
+    else:
+        connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    """Add the columns and indexes that a file made by an older schema lacks."""
+    if _missing_columns(connection):
+        with _transaction(connection):  # one process alters; the others then find nothing
+            for column in _missing_columns(connection):
+                kind = ADDED_COLUMNS[column]
+                connection.execute(f"ALTER TABLE refresh_tokens ADD COLUMN {column} {kind}")
+    connection.executescript(INDEXES)
+
+
+def _missing_columns(connection: sqlite3.Connection) -> list[str]:
+    present = {row[1] for row in connection.execute("PRAGMA table_info(refresh_tokens)")}
+    return [column for column in ADDED_COLUMNS if column not in present]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hmac
+import logging
+from typing import NoReturn
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
@@ -12,7 +14,7 @@ from werkzeug.routing import BaseConverter
 from app.config import current_settings
 from app.request_body import optional_string, read_fields, required_string
 from app.responses import bodiless
-from app.store import get_store, shown_digest
+from app.store import Outcome, get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
 
 bp = Blueprint("auth", __name__)
@@ -48,12 +50,17 @@ def login() -> Response:
 
 @bp.post("/token")
 def refresh() -> Response:
-    """Issue a new access token for a refresh token recorded for exactly that username."""
+    """Issue a new access token for a refresh token recorded for exactly that username.
+
+    With REFRESH_TOKEN_ROTATION, also a new refresh token that replaces the one presented.
+    """
     fields = read_fields()
     username = required_string(fields, "username", MAX_USERNAME_LENGTH)
     refresh_token = optional_string(fields, "refreshToken")
     if refresh_token is None:
         raise BadRequest("refreshToken is required")
+    if current_settings().refresh_token_rotation:
+        return _rotate(refresh_token, username)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         current_app.logger.info(
@@ -64,6 +71,48 @@ def refresh() -> Response:
         )
         raise Unauthorized()
     return jsonify(accessToken=_access_token(username, _role(username)))
+
+
+def _rotate(refresh_token: str, username: str) -> Response:
+    """Answer /token with rotation: a successor replaces the token, and its reuse is caught."""
+    successor = new_refresh_token()
+    rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
+    if rotation is None or rotation.outcome is Outcome.UNKNOWN:
+        _refused(username, "unknown token")
+    elif rotation.outcome is Outcome.OTHER_USER:
+        _refused(username, "token of another user")
+    elif rotation.outcome is Outcome.REUSED:
+        _security_event(
+            "refresh_token_reuse", username, rotation.family, "family revoked", logging.WARNING
+        )
+        raise Unauthorized()
+    elif rotation.outcome is Outcome.RETRIED:
+        _security_event(
+            "refresh_token_retry", username, rotation.family, "within the grace", logging.INFO
+        )
+    return jsonify(accessToken=_access_token(username, _role(username)), refreshToken=successor)
+
+
+def _refused(username: str, reason: str) -> NoReturn:
+    """Log a refused rotation as /token logs a refused refresh, and answer 401."""
+    current_app.logger.info(
+        "refresh refused: username=%r reason=%s client=%s", username, reason, request.remote_addr
+    )
+    raise Unauthorized()
+
+
+def _security_event(event: str, username: str, family: str, effect: str, level: int) -> None:
+    """Log a retired refresh token presented again: one line, the family's digest, no token."""
+    current_app.logger.log(
+        level,
+        "%s: username=%r family=%s %s client=%s",
+        event,
+        username,
+        family,
+        effect,
+        request.remote_addr,
+        extra={"event": event, "username": username, "family": family},
+    )
 
 
 @bp.after_request
