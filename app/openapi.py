@@ -42,8 +42,8 @@ FORM_NUMBER = {
     "description": "A decimal number: an optional minus, digits, an optional fraction.",
 }
 #: Requirements of the two security schemes.
-BEARER = [{"bearerAuth": []}]
-COOKIE = [{"cookieAuth": []}]
+BEARER: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+COOKIE: list[dict[str, list[str]]] = [{"cookieAuth": []}]
 #: A well-formed example token, signed with a throwaway key: it verifies nowhere.
 EXAMPLE_ACCESS_TOKEN = ".".join(
     (
@@ -60,11 +60,11 @@ EXAMPLE_ADMIN_CLAIMS = {**EXAMPLE_CLAIMS, "username": "admin", "role": "admin"}
 
 def openapi_json(app: Flask) -> bytes:
     """Return the app's OpenAPI document as JSON bytes, built on the first call only."""
-    document = app.extensions.get(EXTENSION_KEY)
+    document: bytes | None = app.extensions.get(EXTENSION_KEY)
     if document is None:
         document = json.dumps(openapi_document(app), separators=(",", ":")).encode()
         app.extensions[EXTENSION_KEY] = document
-    return document  # type: ignore[no-any-return]
+    return document
 
 
 def openapi_document(app: Flask) -> dict[str, Any]:
@@ -553,18 +553,18 @@ def components(settings: Settings) -> dict[str, Any]:
         "properties": {"message": {"type": "string", "minLength": 1}},
         "additionalProperties": False,
     }
-    login = {
+    login: dict[str, dict[str, Any]] = {
         "username": username,
         "password": {"type": "string", "description": "Not checked."},
     }
-    refresh = {
+    refresh: dict[str, dict[str, Any]] = {
         "username": username,
         "refreshToken": {
             "type": "string",
             "description": "Known and recorded for this very username, else 401.",
         },
     }
-    reservation = {
+    reservation: dict[str, dict[str, Any]] = {
         "guestsCount": {
             "type": "number",
             "description": "Any finite number; echoed as a JSON number.",
