@@ -27,16 +27,23 @@ __all__ = [
 EXTENSION_KEY = "token_store"
 
 
-def open_store(url: str, timeout: float, connect_timeout: float | None = None) -> RefreshTokenStore:
+def open_store(
+    url: str,
+    timeout: float,
+    connect_timeout: float | None = None,
+    durability: str = "normal",
+) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
     ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
     ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
+    ``durability`` (SQLite) is ``normal`` or ``strict``; Redis's is its own
+    ``appendfsync``.
     """
     if url.startswith("sqlite:///"):
         from app.store.sqlite import SQLiteTokenStore
 
-        return SQLiteTokenStore(url[len("sqlite:///") :], timeout)
+        return SQLiteTokenStore(url[len("sqlite:///") :], timeout, durability)
     from app.store.redis import RedisTokenStore
 
     return RedisTokenStore(url, timeout, connect_timeout)
@@ -45,7 +52,10 @@ def open_store(url: str, timeout: float, connect_timeout: float | None = None) -
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; connections open on first use."""
     app.extensions[EXTENSION_KEY] = open_store(
-        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout
+        settings.token_store_url,
+        settings.store_timeout,
+        settings.store_connect_timeout,
+        settings.store_durability,
     )
 
 
