@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response
 
 from app.store import get_store
+from app.views import json_response
 
 bp = Blueprint("ops", __name__)
 
@@ -12,11 +13,11 @@ bp = Blueprint("ops", __name__)
 @bp.get("/healthz")
 def healthz() -> Response:
     """Answer 200 while the process serves requests."""
-    return jsonify(status="ok")
+    return json_response({"status": "ok"})
 
 
 @bp.get("/readyz")
 def readyz() -> Response:
     """Answer 200 when the refresh-token store answers, else 503."""
     get_store().ping()
-    return jsonify(status="ready")
+    return json_response({"status": "ready"})
