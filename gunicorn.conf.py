@@ -9,6 +9,7 @@ import multiprocessing
 import sys
 
 from app.config import ConfigError, Settings
+from app.logging_config import logging_config
 
 try:
     settings = Settings.load()
@@ -25,13 +26,14 @@ worker_class = "sync"  # behind nginx, which buffers slow clients
 timeout = 30
 graceful_timeout = 20
 keepalive = 5
-accesslog = "-"
+# The service writes its own request log (app/request_log.py): gunicorn's is off.
+accesslog = None
 errorlog = "-"
 loglevel = settings.log_level.lower()
-logger_class = "app.access_log.RedactingLogger"
+# gunicorn's messages and the app's: one format (LOG_FORMAT), one redaction
+logconfig_dict = logging_config(settings.log_format, settings.log_level)
 # X-Forwarded-* are trusted by the app alone, through TRUSTED_PROXY_HOPS (ProxyFix);
 # gunicorn would otherwise believe X-Forwarded-Proto from any loopback client.
 forwarded_allow_ips = ""
 # gunicorn's control socket is one fixed path per user; several instances would clash.
 control_socket_disable = True
-access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'

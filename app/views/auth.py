@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import hmac
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response
 from werkzeug.exceptions import BadRequest, Unauthorized
 from werkzeug.routing import BaseConverter
 
 from app.config import current_settings
 from app.request_body import optional_string, read_fields, required_string
+from app.request_log import note
 from app.store import get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
-from app.views import bodiless
+from app.views import bodiless, json_response
+
+#: Why a refresh was refused, as the request log and the metrics name it.
+UNKNOWN_REFRESH_TOKEN, ANOTHER_USERS_TOKEN = "unknown_refresh_token", "another_users_token"
 
 bp = Blueprint("auth", __name__)
 
@@ -36,11 +40,10 @@ def login() -> Response:
     optional_string(fields, "password")
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
-    role = _role(username)
-    current_app.logger.info(
-        "login: username=%r role=%s client=%s", username, role, request.remote_addr
+    note(user=username)  # the request log's line is the login's record
+    return json_response(
+        {"accessToken": _access_token(username, _role(username)), "refreshToken": refresh_token}
     )
-    return jsonify(accessToken=_access_token(username, role), refreshToken=refresh_token)
 
 
 @bp.post("/token")
@@ -53,14 +56,10 @@ def refresh() -> Response:
         raise BadRequest("refreshToken is required")
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
-        current_app.logger.info(
-            "refresh refused: username=%r reason=%s client=%s",
-            username,
-            "unknown token" if owner is None else "token of another user",
-            request.remote_addr,
-        )
+        note(reason=UNKNOWN_REFRESH_TOKEN if owner is None else ANOTHER_USERS_TOKEN)
         raise Unauthorized()
-    return jsonify(accessToken=_access_token(username, _role(username)))
+    note(user=username)
+    return json_response({"accessToken": _access_token(username, _role(username))})
 
 
 @bp.after_request
@@ -74,9 +73,8 @@ def forbid_caching(response: Response) -> Response:
 @bp.delete("/token/<any_text:refresh_token>")
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
-    known = get_store().revoke(refresh_token)
-    digest = shown_digest(refresh_token)
-    current_app.logger.info("revoke: digest=%s known=%s", digest, known)
+    if get_store().revoke(refresh_token):
+        note(revoked=shown_digest(refresh_token))  # what operators see of a token
     return bodiless(204)
 
 
