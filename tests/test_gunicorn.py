@@ -184,3 +184,18 @@ def test_logs_never_show_a_refresh_token_however_spelled(gunicorn_server):
     log = server.log_path.read_text()
     assert '"path":"/token/<redacted>","status":204' in log  # decoded as routed, then redacted
     assert token not in log
+
+
+def test_connections_stay_open_between_requests(gunicorn_server):
+    # gthread workers with keepalive: nginx's upstream keepalive (and any client) reuses them
+    server = gunicorn_server(workers=2)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        for _ in range(3):
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b'{"status":"ok"}\n'):
+                chunk = connection.recv(65536)
+                assert chunk, "the connection was closed after one request"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 ")
+            assert b"Connection: close" not in answer
