@@ -34,4 +34,6 @@ def redacted_path(path: str) -> str:
     """
     if path.startswith("/token/"):
         return "/token/" + REDACTED
+    if len(path) < 42 and "%" not in path and "eyJ" not in path and "oken/" not in path.lower():
+        return path  # none of the patterns can match: skip the four regular expressions
     return redact(path)

@@ -61,8 +61,8 @@ class RequestLog:
         self.app = app
         self.fd = fd
         self.render = self._text_line if text else self._json_line
-        self._second = -1
-        self._second_text = ""
+        #: (second, its text): one attribute, so threads never see a second with another's text
+        self._stamp = (-1, "")
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
@@ -107,9 +107,11 @@ class RequestLog:
 
     def _time(self, now: float) -> str:
         second = int(now)
-        if second != self._second:  # strftime once a second, not once a request
-            self._second, self._second_text = second, timestamp(second)[:-5]
-        return f"{self._second_text}.{int((now - second) * 1000):03d}Z"
+        stamped, text = self._stamp
+        if second != stamped:  # strftime once a second, not once a request
+            text = timestamp(second)[:-5]
+            self._stamp = (second, text)
+        return f"{text}.{int((now - second) * 1000):03d}Z"
 
     def _fields(self, environ: dict[str, Any], notes: dict[str, str]) -> tuple[str, str | None]:
         path = environ.get("PATH_INFO", "")
