@@ -12,6 +12,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
+from app.request_log import RequestLog
 from app.store import init_store
 from app.third_party_login import init_app as init_third_party_login
 from app.views import register_blueprints
@@ -31,7 +32,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
 
 
 def configure(app: Flask, settings: Settings) -> None:
-    """Apply the settings to Flask, logging and the proxy headers."""
+    """Apply the settings to Flask, logging, the request log and the proxy headers."""
     app.config.update(
         SETTINGS=settings,
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
@@ -42,6 +43,10 @@ def configure(app: Flask, settings: Settings) -> None:
     app.url_map.merge_slashes = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.logger.setLevel(getattr(logging, settings.log_level))
+    # inside ProxyFix: the request log shows the client address the app sees
+    app.wsgi_app = RequestLog(  # type: ignore[method-assign]
+        app.wsgi_app, text=settings.log_format == "text"
+    )
     if settings.trusted_proxy_hops:
         hops = settings.trusted_proxy_hops
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]

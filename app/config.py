@@ -97,6 +97,16 @@ def _log_level(name: str, value: str) -> str:
     return level
 
 
+def _one_of(*choices: str) -> Callable[[str, str], str]:
+    def parse(name: str, value: str) -> str:
+        choice = value.strip().lower()
+        if choice not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return choice
+
+    return parse
+
+
 def _secret(name: str, value: str) -> str:
     if len(value.encode()) < MIN_SECRET_BYTES:
         raise ConfigError(
@@ -232,7 +242,12 @@ class Settings:
     instance_path: str = _setting("INSTANCE_PATH", _absolute_path, DEFAULT_INSTANCE_PATH)
     trusted_proxy_hops: int = _setting("TRUSTED_PROXY_HOPS", _int_between(0, 10), 0)
     log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
+    log_format: str = _setting("LOG_FORMAT", _one_of("json", "text"), "json")
     web_concurrency: int | None = _setting("WEB_CONCURRENCY", _int_between(1, 64))
+    #: normal: revokes on disk before 204, logins survive any process crash; strict: all on disk.
+    store_durability: str = _setting(
+        "TOKEN_STORE_DURABILITY", _one_of("normal", "strict"), "normal"
+    )
     store_timeout: float = _setting("TOKEN_STORE_TIMEOUT", _seconds_between(0.05, 60), 2.0)
     #: None: the same as TOKEN_STORE_TIMEOUT.
     store_connect_timeout: float | None = _setting(

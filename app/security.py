@@ -2,29 +2,44 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
 from flask import g, request
-from werkzeug.exceptions import Forbidden, Unauthorized
+from werkzeug.exceptions import Unauthorized
 
 from app.config import current_settings
-from app.errors import unauthenticated
+from app.errors import forbidden_response, unauthenticated_response
+from app.request_log import note
 from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
 
 View = TypeVar("View", bound=Callable[..., Any])
 
-#: RFC 6750 credentials: the scheme (any case), one space, one b64token, nothing else.
-BEARER_CREDENTIALS = re.compile(r"bearer ([A-Za-z0-9\-._~+/]+=*)", re.IGNORECASE)
+#: RFC 6750 b64token: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+B64TOKEN_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/"
+#: Why a request was refused, as the request log and the metrics name it.
+MISSING, WRONG_ROLE = "missing", "wrong_role"
 
 
 def bearer_token() -> str | None:
-    """Return the token of the request's single ``Authorization: Bearer`` header, if any."""
-    values = request.headers.getlist("Authorization")
-    match = BEARER_CREDENTIALS.fullmatch(values[0]) if len(values) == 1 else None
-    return match.group(1) if match else None
+    """Return the token of the request's single ``Authorization: Bearer`` header, if any.
+
+    RFC 6750 credentials: the scheme in any case, one space, one b64token, nothing
+    else. A second Authorization header arrives joined to the first by a comma,
+    which no b64token holds, so it is refused too.
+    """
+    value = request.environ.get("HTTP_AUTHORIZATION")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    if len(scheme) != 6 or not scheme.isascii() or scheme.lower() != "bearer":
+        return None
+    characters = token.rstrip("=")
+    # strip() removes the allowed characters from both ends: a b64token leaves nothing
+    if not characters or characters.strip(B64TOKEN_CHARACTERS):
+        return None
+    return token
 
 
 def cookie_token() -> str | None:
@@ -32,30 +47,34 @@ def cookie_token() -> str | None:
     return request.cookies.get(current_settings().auth_cookie_name) or None
 
 
-def authenticate(
-    extract: Callable[[], str | None],
-    verify: Callable[[str, str, int], dict[str, Any]],
-    failure: Callable[[], Unauthorized],
-) -> dict[str, Any]:
-    """Return what ``verify`` makes of the token that ``extract`` finds, or raise ``failure()``."""
-    token = extract()
-    if token is not None:
-        try:
-            settings = current_settings()
-            return verify(token, settings.signing_secret, settings.clock_skew)
-        except InvalidTokenError:
-            pass
-    raise failure()
-
-
-def authenticated_claims() -> dict[str, Any]:
-    """Return the verified claims of the request's Bearer access token, or 401."""
-    return authenticate(bearer_token, verify_access_token, unauthenticated)
+def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
+    """Return the verified claims of the request's Bearer token, or None and why not."""
+    token = bearer_token()
+    if token is None:
+        malformed = "HTTP_AUTHORIZATION" in request.environ
+        return None, "malformed" if malformed else MISSING
+    settings = current_settings()
+    try:
+        return verify_access_token(token, settings.signing_secret, settings.clock_skew), ""
+    except InvalidTokenError as error:
+        return None, error.reason
 
 
 def authenticated_cookie_user() -> dict[str, Any]:
     """Return the user named by the request's cookie token, or 401 (no Bearer challenge)."""
-    return authenticate(cookie_token, verify_cookie_token, Unauthorized)
+    token = cookie_token()
+    if token is None:
+        note(reason=MISSING)
+        raise Unauthorized()
+    settings = current_settings()
+    try:
+        user = verify_cookie_token(token, settings.signing_secret, settings.clock_skew)
+    except InvalidTokenError as error:
+        note(reason=error.reason)
+        raise Unauthorized() from None
+    if "id" in user:
+        note(user=user["id"])
+    return user
 
 
 def role_allows(role: str, required: tuple[str, ...]) -> bool:
@@ -67,7 +86,8 @@ def requires_roles(*roles: str) -> Callable[[View], View]:
     """Let a view run only for a valid Bearer token (else 401) of an allowed role (else 403).
 
     With no roles listed, any authenticated user passes. The verified claims
-    are on ``g.user`` while the view runs.
+    are on ``g.user`` while the view runs. The 401 and 403 are the responses
+    ``app/errors.py`` renders for them, returned ready rather than raised.
     """
     unknown = set(roles) - set(ROLES)
     if unknown:
@@ -76,9 +96,15 @@ def requires_roles(*roles: str) -> Callable[[View], View]:
     def decorator(view: View) -> View:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            g.user = authenticated_claims()
-            if not role_allows(g.user["role"], roles):
-                raise Forbidden()
+            claims, reason = verified_bearer_claims()
+            if claims is None:
+                note(reason=reason)
+                return unauthenticated_response()
+            note(user=claims["username"])
+            if not role_allows(claims["role"], roles):
+                note(reason=WRONG_ROLE)
+                return forbidden_response()
+            g.user = claims
             return view(*args, **kwargs)
 
         return guarded  # type: ignore[return-value]

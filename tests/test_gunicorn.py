@@ -81,7 +81,7 @@ def test_workers_starting_together_agree_on_the_generated_secret(gunicorn_server
     assert leftovers == []
 
 
-def test_access_log_never_shows_a_refresh_token_or_bearer_token(gunicorn_server, tmp_path):
+def test_request_log_never_shows_a_refresh_token_or_bearer_token(gunicorn_server, tmp_path):
     server = gunicorn_server(workers=2)
     tokens = fresh("POST", f"{server.url}/login", json={"username": "logged"}).json()
     bearer = {"Authorization": f"Bearer {tokens['accessToken']}"}
@@ -94,7 +94,10 @@ def test_access_log_never_shows_a_refresh_token_or_bearer_token(gunicorn_server,
     assert fresh("DELETE", f"{server.url}/token/{tokens['refreshToken']}").status_code == 204
     server.stop()
     log = server.log_path.read_text()
-    assert '"DELETE /token/<redacted> HTTP/1.1" 204' in log
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith('{"time"')]
+    assert {"method": "DELETE", "path": "/token/<redacted>", "status": 204}.items() <= next(
+        line.items() for line in lines if line.get("method") == "DELETE"
+    )
     assert tokens["refreshToken"] not in log
     assert tokens["accessToken"] not in log
 
@@ -179,5 +182,20 @@ def test_logs_never_show_a_refresh_token_however_spelled(gunicorn_server):
     assert answer.startswith(b"HTTP/1.1 204 ")
     server.stop()
     log = server.log_path.read_text()
-    assert "/%74oken/<redacted>" in log
+    assert '"path":"/token/<redacted>","status":204' in log  # decoded as routed, then redacted
     assert token not in log
+
+
+def test_connections_stay_open_between_requests(gunicorn_server):
+    # gthread workers with keepalive: nginx's upstream keepalive (and any client) reuses them
+    server = gunicorn_server(workers=2)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        for _ in range(3):
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b'{"status":"ok"}\n'):
+                chunk = connection.recv(65536)
+                assert chunk, "the connection was closed after one request"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 ")
+            assert b"Connection: close" not in answer

@@ -332,3 +332,94 @@ def test_authentication_failure_wins_over_role_failure(client, signing_secret):
     now = int(time.time())
     expired_user = make_token(signing_secret, valid_claims(iat=now - 61, exp=now - 1))
     assert_unauthenticated(client.get("/admin-accessible", headers=bearer(expired_user)))
+
+
+# --- the verified-token cache, through the app ---------------------------------------
+
+
+def test_a_token_cached_a_moment_before_exp_is_refused_at_exp(client, signing_secret, monkeypatch):
+    now = int(time.time())
+    token = make_token(signing_secret, valid_claims(iat=now - 59, exp=now + 1))
+    monkeypatch.setattr(time, "time", lambda: now + 0.999)
+    assert client.get("/user-accessible", headers=bearer(token)).status_code == 200  # cached
+    monkeypatch.setattr(time, "time", lambda: now + 1.0)
+    assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
+
+
+def forgeries(secret: str, token: str) -> dict[str, str]:
+    """Return tokens made from a valid one: altered, re-signed or signed otherwise."""
+    header, payload, signature = token.split(".")
+    admin_payload = make_token(secret, valid_claims(role="admin")).split(".")[1]
+    flipped = signature[:10] + ("A" if signature[10] != "A" else "B") + signature[11:]
+    return {
+        "tampered payload": f"{header}.{admin_payload}.{signature}",
+        "tampered signature": f"{header}.{payload}.{flipped}",
+        "no signature": f"{header}.{payload}.",
+        "wrong key": make_token("another-secret-that-is-long-enough-32b", valid_claims()),
+        "HS512 with the right key": make_token(secret + secret, valid_claims(), algorithm="HS512"),
+        "alg none": unsigned_token(valid_claims(role="admin")),
+    }
+
+
+@pytest.mark.parametrize("cached_first", [True, False], ids=["valid token cached", "cold"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "tampered payload",
+        "tampered signature",
+        "no signature",
+        "wrong key",
+        "HS512 with the right key",
+        "alg none",
+    ],
+)
+def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
+    client, signing_secret, cached_first, kind
+):
+    token = make_token(signing_secret, valid_claims())
+    if cached_first:
+        assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
+    forged = forgeries(signing_secret, token)[kind]
+    assert_unauthenticated(client.get("/admin-accessible", headers=bearer(forged)))
+    assert_unauthenticated(client.get("/user-accessible", headers=bearer(forged)))
+    assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
+
+
+# --- the Bearer parse on its own -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("bEaReR abc", "abc"),
+        ("Bearer a-b.c_d~e+f/g==", "a-b.c_d~e+f/g=="),
+        ("Bearer abc=", "abc="),
+        ("Bearer =", None),
+        ("Bearer a=b", None),
+        ("Bearer ", None),
+        ("Bearer  abc", None),
+        ("Bearer abc ", None),
+        ("Bearer\tabc", None),
+        ("Bearer abc,Bearer abc", None),
+        ("Bearerabc", None),
+        ("Beare abc", None),
+        ("Bearerr abc", None),
+        ("B\u0117arer abc", None),
+        ("Bearer ab\u00e7", None),
+        ("Basic abc", None),
+        ("", None),
+    ],
+)
+def test_bearer_token_follows_rfc_6750(app, value, token):
+    from app.security import bearer_token
+
+    with app.test_request_context(headers={"Authorization": value}):
+        assert bearer_token() == token
+
+
+def test_no_authorization_header_is_no_bearer_token(app):
+    from app.security import bearer_token
+
+    with app.test_request_context():
+        assert bearer_token() is None

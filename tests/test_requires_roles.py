@@ -74,3 +74,34 @@ def test_view_sees_verified_claims_on_g_user(guarded_app):
 
 def test_decorated_view_keeps_its_name(guarded_app):
     assert "guarded_admin" in guarded_app.view_functions
+
+
+def test_ready_401_and_403_are_the_bytes_and_headers_of_the_raised_errors(guarded_app):
+    from werkzeug.datastructures import WWWAuthenticate
+    from werkzeug.exceptions import Forbidden, Unauthorized
+
+    @guarded_app.get("/raises-401")
+    def raises_401():
+        raise Unauthorized(www_authenticate=WWWAuthenticate("bearer"))
+
+    @guarded_app.get("/raises-403")
+    def raises_403():
+        raise Forbidden()
+
+    client = guarded_app.test_client()
+    token = login(client, "alice")["accessToken"]
+
+    def shown(response):
+        headers = sorted((k, v) for k, v in response.headers if k != "X-Request-ID")
+        return response.status_code, headers, response.data
+
+    assert shown(client.get("/guarded-admin")) == shown(client.get("/raises-401"))
+    assert shown(client.get("/guarded-admin", headers=bearer(token))) == shown(
+        client.get("/raises-403")
+    )
+    assert shown(client.get("/raises-401"))[1] == [
+        ("Content-Length", "12"),
+        ("Content-Type", "text/plain"),
+        ("WWW-Authenticate", "Bearer"),
+    ]
+    assert shown(client.get("/raises-403"))[2] == b'{"message":"No access"}\n'

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from app.tokens import (
+    REFRESH_TOKEN_ALPHABET,
     InvalidTokenError,
     issue_access_token,
     new_refresh_token,
@@ -70,3 +71,61 @@ def test_verified_claims_are_a_fresh_dict_each_time():
     first = verify_access_token(token, SECRET)
     first["role"] = "admin"
     assert verify_access_token(token, SECRET)["role"] == "user"
+
+
+def test_refresh_token_letters_map_random_bytes_and_drop_the_biased_ones(monkeypatch):
+    draws = iter([bytes(range(248, 256)) * 8, bytes(range(64))])  # first draw: all rejected
+    monkeypatch.setattr("secrets.token_bytes", lambda n: next(draws)[:n])
+    assert new_refresh_token() == REFRESH_TOKEN_ALPHABET[:42]
+    draws = iter([bytes(range(200, 248)) + bytes(range(248, 256)) * 2])
+    # bytes 200..247 are letters (byte % 62); the 16 bytes from 248 are dropped, none folded in
+    expected = "".join(REFRESH_TOKEN_ALPHABET[byte % 62] for byte in range(200, 242))
+    assert new_refresh_token() == expected
+
+
+def test_refresh_token_letters_are_uniform():
+    # 2000 tokens: 84000 letters, about 1355 of each of the 62; a chi-square this far above
+    # its 61 degrees of freedom happens by chance about once in 10^12 runs
+    from collections import Counter
+
+    counts = Counter("".join(new_refresh_token() for _ in range(2000)))
+    expected = 2000 * 42 / 62
+    chi_square = sum(
+        (counts[letter] - expected) ** 2 / expected for letter in REFRESH_TOKEN_ALPHABET
+    )
+    assert set(counts) == set(REFRESH_TOKEN_ALPHABET)
+    assert chi_square < 180
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (lambda: make_token("t" * 40, valid_claims()), "bad_signature"),
+        (lambda: make_token(SECRET, valid_claims(exp=int(time.time()) - 1)), "expired"),
+        (lambda: make_token(SECRET, valid_claims(role="root")), "malformed"),
+        (lambda: make_token("s" * 64, valid_claims(), algorithm="HS512"), "malformed"),
+        (lambda: "not.a.jwt", "malformed"),
+    ],
+)
+def test_a_refused_token_says_why(token, reason):
+    with pytest.raises(InvalidTokenError) as refused:
+        verify_access_token(token(), SECRET)
+    assert refused.value.reason == reason
+
+
+def test_a_cached_token_at_exp_is_refused_as_expired(monkeypatch):
+    now = int(time.time())
+    token = make_token(SECRET, valid_claims(iat=now, exp=now + 30))
+    verify_access_token(token, SECRET)
+    monkeypatch.setattr(time, "time", lambda: now + 30.0)
+    with pytest.raises(InvalidTokenError) as refused:
+        verify_access_token(token, SECRET)
+    assert refused.value.reason == "expired"
+
+
+def test_issued_tokens_verify_with_plain_pyjwt():
+    import jwt
+
+    token = issue_access_token("Zoë", "admin", SECRET, 60)
+    assert jwt.decode(token, SECRET, algorithms=["HS256"])["username"] == "Zoë"
+    assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT"}

@@ -38,17 +38,20 @@ def open_store(
     timeout: float,
     connect_timeout: float | None = None,
     policy: RefreshTokenPolicy | None = None,
+    durability: str = "normal",
 ) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
     ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
     ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
     ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user limit.
+    ``durability`` (SQLite) is ``normal`` or ``strict``; Redis's is its own
+    ``appendfsync``.
     """
     if url.startswith("sqlite:///"):
         from app.store.sqlite import SQLiteTokenStore
 
-        return SQLiteTokenStore(url[len("sqlite:///") :], timeout, policy)
+        return SQLiteTokenStore(url[len("sqlite:///") :], timeout, policy, durability)
     from app.store.redis import RedisTokenStore
 
     return RedisTokenStore(url, timeout, connect_timeout, policy)
@@ -62,7 +65,11 @@ def init_store(app: Flask, settings: Settings) -> None:
         reuse_grace=settings.refresh_token_reuse_grace,
     )
     app.extensions[EXTENSION_KEY] = open_store(
-        settings.token_store_url, settings.store_timeout, settings.store_connect_timeout, policy
+        settings.token_store_url,
+        settings.store_timeout,
+        settings.store_connect_timeout,
+        policy,
+        settings.store_durability,
     )
 
 

@@ -55,7 +55,16 @@ CREATE INDEX IF NOT EXISTS refresh_tokens_by_family
 
 
 class SQLiteTokenStore(RefreshTokenStore):
-    """Refresh tokens in one SQLite file.
+    """Refresh tokens in one SQLite file, in WAL mode.
+
+    Durability, per operation: a revoke (of one token, a user's, by digest) is
+    committed with ``synchronous = FULL``, so the WAL is on disk before the 204 and
+    no power cut brings the token back. A login is committed with ``NORMAL``: in WAL
+    mode the commit is in the operating system's hands before the 200, so it
+    survives the crash or kill of any process, and only a power cut or a kernel
+    crash may lose the last moments of logins (whose users log in again); the next
+    FULL commit or checkpoint puts them on disk too. ``durability="strict"`` commits
+    everything with FULL.
 
     A live token, one that ``owner_of`` and the listings know, is neither retired
     nor expired: ``retired_at IS NULL AND (expires_at IS NULL OR expires_at > now)``.
@@ -66,10 +75,17 @@ class SQLiteTokenStore(RefreshTokenStore):
     write lock is taken first, so no other process interleaves.
     """
 
-    def __init__(self, path: str, timeout: float, policy: RefreshTokenPolicy | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        timeout: float,
+        policy: RefreshTokenPolicy | None = None,
+        durability: str = "normal",
+    ) -> None:
         super().__init__(policy)
         self.path = path
         self.timeout = timeout
+        self.strict = durability == "strict"
         self._local = threading.local()
 
     def issue(self, token: str, username: str) -> None:
@@ -113,7 +129,8 @@ class SQLiteTokenStore(RefreshTokenStore):
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         now, policy = self.clock(), self.policy
         digest = token_digest(token)
-        with self._connection() as connection, _transaction(connection):
+        # durable: a retired token or a family revoked on reuse must stay so
+        with self._connection(durable=True) as connection, _transaction(connection):
             if policy.lifetime:
                 _purge(connection, now, PURGE_BATCH)
             row = connection.execute(
@@ -170,7 +187,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         return Rotation(outcome, shown)
 
     def revoke(self, token: str) -> bool:
-        with self._connection() as connection:
+        with self._connection(durable=True) as connection:
             # fetchall: a RETURNING statement commits when its last row is read
             rows = connection.execute(
                 "DELETE FROM refresh_tokens WHERE digest = ? RETURNING family, retired_at",
@@ -197,7 +214,7 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def revoke_all(self, username: str) -> int:
         now = self.clock()
-        with self._connection() as connection:
+        with self._connection(durable=True) as connection:
             # raw columns only: SQLite 3.40 gets `IS NULL` wrong in a WITHOUT ROWID RETURNING
             rows = connection.execute(
                 "DELETE FROM refresh_tokens WHERE username = ? RETURNING retired_at, expires_at",
@@ -208,7 +225,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         )
 
     def _revoke_digest(self, prefix: str) -> int:
-        with self._connection() as connection, _transaction(connection):
+        with self._connection(durable=True) as connection, _transaction(connection):
             rows = connection.execute(
                 "SELECT digest, family FROM refresh_tokens"
                 " WHERE digest >= ? AND digest < ? AND retired_at IS NULL"
@@ -240,9 +257,18 @@ class SQLiteTokenStore(RefreshTokenStore):
         self._local.connection = None
 
     @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """Yield this thread's connection; ``durable``: commit with ``synchronous = FULL``."""
         try:
-            yield self._open()
+            connection = self._open()
+            if not durable or self.strict:  # strict connections are FULL throughout
+                yield connection
+                return
+            connection.execute("PRAGMA synchronous = FULL")
+            try:
+                yield connection
+            finally:
+                connection.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as error:
             raise StoreUnavailableError(f"SQLite store {self.path}: {error}") from error
 
@@ -264,8 +290,8 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
         connection.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-        # FULL: a login that answered 200 survives a power cut, not only a crash.
-        connection.execute("PRAGMA synchronous = FULL")
+        # NORMAL (in WAL mode): commits survive any process crash; revokes switch to FULL.
+        connection.execute(f"PRAGMA synchronous = {'FULL' if self.strict else 'NORMAL'}")
         # Switching to WAL takes a lock that busy_timeout does not wait for, so
         # workers opening a new file together retry until the first one is done.
         deadline = time.monotonic() + self.timeout

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import NoReturn
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app
 from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import BadRequest, Unauthorized
 from werkzeug.routing import BaseConverter
 
 from app.config import current_settings
 from app.request_body import optional_string, read_fields, required_string
-from app.responses import bodiless
+from app.request_log import note
+from app.responses import bodiless, json_response
 from app.store import Outcome, get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
+
+#: Why a refresh was refused, as the request log and the metrics name it.
+UNKNOWN_REFRESH_TOKEN, ANOTHER_USERS_TOKEN = "unknown_refresh_token", "another_users_token"
+#: Why a rotation was refused: a retired token presented again (RFC 9700 4.14.2).
+REUSED_REFRESH_TOKEN = "reused_refresh_token"  # noqa: S105 (a reason, not a token)
 
 bp = Blueprint("auth", __name__)
 
@@ -41,11 +46,10 @@ def login() -> Response:
     optional_string(fields, "password")
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
-    role = _role(username)
-    current_app.logger.info(
-        "login: username=%r role=%s client=%s", username, role, request.remote_addr
+    note(user=username)  # the request log's line is the login's record
+    return json_response(
+        {"accessToken": _access_token(username, _role(username)), "refreshToken": refresh_token}
     )
-    return jsonify(accessToken=_access_token(username, role), refreshToken=refresh_token)
 
 
 @bp.post("/token")
@@ -63,14 +67,10 @@ def refresh() -> Response:
         return _rotate(refresh_token, username)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
-        current_app.logger.info(
-            "refresh refused: username=%r reason=%s client=%s",
-            username,
-            "unknown token" if owner is None else "token of another user",
-            request.remote_addr,
-        )
+        note(reason=UNKNOWN_REFRESH_TOKEN if owner is None else ANOTHER_USERS_TOKEN)
         raise Unauthorized()
-    return jsonify(accessToken=_access_token(username, _role(username)))
+    note(user=username)
+    return json_response({"accessToken": _access_token(username, _role(username))})
 
 
 def _rotate(refresh_token: str, username: str) -> Response:
@@ -78,39 +78,36 @@ def _rotate(refresh_token: str, username: str) -> Response:
     successor = new_refresh_token()
     rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
     if rotation is None or rotation.outcome is Outcome.UNKNOWN:
-        _refused(username, "unknown token")
-    elif rotation.outcome is Outcome.OTHER_USER:
-        _refused(username, "token of another user")
-    elif rotation.outcome is Outcome.REUSED:
+        note(reason=UNKNOWN_REFRESH_TOKEN)
+        raise Unauthorized()
+    if rotation.outcome is Outcome.OTHER_USER:
+        note(reason=ANOTHER_USERS_TOKEN)
+        raise Unauthorized()
+    if rotation.outcome is Outcome.REUSED:
+        note(reason=REUSED_REFRESH_TOKEN)
         _security_event(
             "refresh_token_reuse", username, rotation.family, "family revoked", logging.WARNING
         )
         raise Unauthorized()
-    elif rotation.outcome is Outcome.RETRIED:
+    if rotation.outcome is Outcome.RETRIED:
         _security_event(
             "refresh_token_retry", username, rotation.family, "within the grace", logging.INFO
         )
-    return jsonify(accessToken=_access_token(username, _role(username)), refreshToken=successor)
-
-
-def _refused(username: str, reason: str) -> NoReturn:
-    """Log a refused rotation as /token logs a refused refresh, and answer 401."""
-    current_app.logger.info(
-        "refresh refused: username=%r reason=%s client=%s", username, reason, request.remote_addr
+    note(user=username)
+    return json_response(
+        {"accessToken": _access_token(username, _role(username)), "refreshToken": successor}
     )
-    raise Unauthorized()
 
 
 def _security_event(event: str, username: str, family: str, effect: str, level: int) -> None:
     """Log a retired refresh token presented again: one line, the family's digest, no token."""
     current_app.logger.log(
         level,
-        "%s: username=%r family=%s %s client=%s",
+        "%s: username=%r family=%s %s",
         event,
         username,
         family,
         effect,
-        request.remote_addr,
         extra={"event": event, "username": username, "family": family},
     )
 
@@ -126,9 +123,8 @@ def forbid_caching(response: Response) -> Response:
 @bp.delete("/token/<any_text:refresh_token>")
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
-    known = get_store().revoke(refresh_token)
-    digest = shown_digest(refresh_token)
-    current_app.logger.info("revoke: digest=%s known=%s", digest, known)
+    if get_store().revoke(refresh_token):
+        note(revoked=shown_digest(refresh_token))  # what operators see of a token
     return bodiless(204)
 
 

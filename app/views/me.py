@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response
 
+from app.responses import json_response
 from app.security import authenticated_cookie_user
 
 bp = Blueprint("me", __name__, url_prefix="/api/v1")
@@ -12,4 +13,4 @@ bp = Blueprint("me", __name__, url_prefix="/api/v1")
 @bp.get("/me")
 def me() -> Response:
     """Return the logged user ``{source, id, shownName}`` named by the cookie token, or 401."""
-    return jsonify(authenticated_cookie_user())
+    return json_response(authenticated_cookie_user())

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app
 
 from app.openapi import openapi_json
+from app.responses import json_response
 from app.store import get_store
 
 bp = Blueprint("ops", __name__)
@@ -13,14 +14,14 @@ bp = Blueprint("ops", __name__)
 @bp.get("/healthz")
 def healthz() -> Response:
     """Answer 200 while the process serves requests."""
-    return jsonify(status="ok")
+    return json_response({"status": "ok"})
 
 
 @bp.get("/readyz")
 def readyz() -> Response:
     """Answer 200 when the refresh-token store answers, else 503."""
     get_store().ping()
-    return jsonify(status="ready")
+    return json_response({"status": "ready"})
 
 
 @bp.get("/openapi.json")

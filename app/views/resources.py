@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, g, jsonify
+from flask import Blueprint, Response, g
 
 from app.request_body import read_fields, required_number
+from app.responses import json_response
 from app.security import requires_roles
 
 bp = Blueprint("resources", __name__)
@@ -15,18 +16,18 @@ bp = Blueprint("resources", __name__)
 def restaurant_reservation() -> Response:
     """Echo the reservation's guest count with the caller's claims."""
     guests_count = required_number(read_fields(), "guestsCount")
-    return jsonify(user=g.user, guestsCount=guests_count)
+    return json_response({"user": g.user, "guestsCount": guests_count})
 
 
 @bp.get("/user-accessible")
 @requires_roles("user")
 def user_accessible() -> Response:
     """Answer any authenticated user (admins included)."""
-    return jsonify(message="for all users", user=g.user)
+    return json_response({"message": "for all users", "user": g.user})
 
 
 @bp.get("/admin-accessible")
 @requires_roles("admin")
 def admin_accessible() -> Response:
     """Answer admins only."""
-    return jsonify(message="for admins only", user=g.user)
+    return json_response({"message": "for admins only", "user": g.user})

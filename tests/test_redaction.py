@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from app.access_log import RedactingFilter, redact
+from app.logging_config import JsonFormatter, TextFormatter
+from app.redaction import redact, redacted_path
 
 TOKEN = "C2NdWrW9MdQ6ksKauArabZPBsTCUyExCV07XsHmBis"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJ1c2VybmFtZSI6ImEifQ.c2lnbmF0dXJl"
@@ -36,7 +37,33 @@ def test_redact(line, expected):
     assert redact(line) == expected
 
 
-def test_filter_rewrites_formatted_records():
-    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "bad line %r", (TOKEN,), None)
-    assert RedactingFilter().filter(record) is True
-    assert record.getMessage() == "bad line '<redacted>'"
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/token/anything at all, even short", "/token/<redacted>"),
+        ("/token//x", "/token/<redacted>"),
+        (f"/token%2F{TOKEN}", "/token%2F<redacted>"),  # double-encoded: one decoding left
+        (f"/TOKEN/{TOKEN}", "/TOKEN/<redacted>"),
+        (f"/nope/{JWT}", "/nope/<redacted>"),
+        (f"/nope/{TOKEN}/x", "/nope/<redacted>/x"),
+        ("/user-accessible", "/user-accessible"),
+        ("/token", "/token"),
+    ],
+)
+def test_redacted_path(path, expected):
+    assert redacted_path(path) == expected
+
+
+@pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter()])
+def test_log_lines_are_redacted_whole_message_arguments_and_traceback(formatter):
+    try:
+        raise ValueError(f"bad token {TOKEN}")
+    except ValueError as error:
+        exc_info = (type(error), error, error.__traceback__)
+    record = logging.LogRecord(
+        "gunicorn.error", logging.WARNING, __file__, 1, "Invalid request %r", (JWT,), exc_info
+    )
+    line = formatter.format(record)
+    assert TOKEN not in line
+    assert JWT not in line
+    assert line.count("<redacted>") == 2

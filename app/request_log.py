@@ -1,0 +1,184 @@
+"""The request log: one line per request on standard output, and an X-Request-ID on each answer.
+
+It replaces gunicorn's access log. A WSGI middleware inside ProxyFix, so the
+client address is the one the app sees; it times the app, reads the status and
+length off the response, and writes one line with one ``os.write`` (atomic on a
+pipe for lines under 4 KiB, so workers never interleave). Views add what only
+they know, the authenticated user or why a request was refused, with ``note``.
+Nothing secret is ever written: the query string is left out, the path of
+``DELETE /token/<refreshToken>`` is redacted, and so is anything shaped like a
+token elsewhere in the path or the username.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from flask import request
+
+from app.logging_config import REQUEST_ID_KEY, timestamp
+from app.redaction import redact, redacted_path
+
+#: Key under which a request's notes (user, reason...) wait in the WSGI environ.
+NOTES_KEY = "token_service.log_notes"
+#: A client's X-Request-ID is kept when it is at most this long and of these characters.
+MAX_REQUEST_ID_LENGTH = 128
+REQUEST_ID_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+#: Longest path shown in a line: lines stay under PIPE_BUF (4096 bytes), so writes are atomic.
+MAX_LOGGED_PATH = 512
+#: Status and body length of a response that never started (the app raised).
+FAILED = "500 INTERNAL SERVER ERROR"
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def note(**fields: str) -> None:
+    """Add fields to the current request's log line: ``user``, ``reason``, ``revoked``."""
+    notes = request.environ.get(NOTES_KEY)
+    if notes is not None:  # None: a request that did not come through the request log
+        notes.update(fields)
+
+
+def request_id(environ: dict[str, Any]) -> str:
+    """Return the client's X-Request-ID when it is sane, else a new random one."""
+    given = environ.get("HTTP_X_REQUEST_ID")
+    # strip() removes the allowed characters from both ends: a sane id leaves nothing
+    if given and len(given) <= MAX_REQUEST_ID_LENGTH and not given.strip(REQUEST_ID_CHARACTERS):
+        return given  # type: ignore[no-any-return]
+    return os.urandom(16).hex()
+
+
+class RequestLog:
+    """WSGI middleware writing the request log; ``text`` picks the human-readable format."""
+
+    def __init__(self, app: WSGIApp, *, text: bool = False, fd: int = 1) -> None:
+        self.app = app
+        self.fd = fd
+        self.render = self._text_line if text else self._json_line
+        #: (second, its text): one attribute, so threads never see a second with another's text
+        self._stamp = (-1, "")
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
+        environ[REQUEST_ID_KEY] = rid = request_id(environ)
+        environ[NOTES_KEY] = notes = {}
+        answer: list[Any] = []
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            headers.append(("X-Request-ID", rid))
+            answer[:] = (status, headers)
+            return start_response(status, headers, exc_info)
+
+        try:
+            body = self.app(environ, start)
+        except BaseException:
+            self._write(environ, FAILED, [], notes, started)
+            raise
+        self._write(environ, *(answer or (FAILED, [])), notes, started)
+        return body
+
+    def _write(
+        self,
+        environ: dict[str, Any],
+        status: str,
+        headers: list[tuple[str, str]],
+        notes: dict[str, str],
+        started: float,
+    ) -> None:
+        now = time.time()
+        duration = time.perf_counter() - started
+        length = 0
+        if environ["REQUEST_METHOD"] != "HEAD":
+            for name, value in headers:
+                if name == "Content-Length":
+                    length = int(value)
+                    break
+        line = self.render(environ, now, int(status[:3]), duration, length, notes)
+        try:  # noqa: SIM105 (contextlib.suppress costs a request's worth of this module)
+            os.write(self.fd, line)
+        except OSError:  # a closed or full standard output must not fail the request
+            pass
+
+    def _time(self, now: float) -> str:
+        second = int(now)
+        stamped, text = self._stamp
+        if second != stamped:  # strftime once a second, not once a request
+            text = timestamp(second)[:-5]
+            self._stamp = (second, text)
+        return f"{text}.{int((now - second) * 1000):03d}Z"
+
+    def _fields(self, environ: dict[str, Any], notes: dict[str, str]) -> tuple[str, str | None]:
+        path = environ.get("PATH_INFO", "")
+        if not path.isascii():  # WSGI gives the path's bytes as latin-1: show UTF-8, as routed
+            path = path.encode("latin-1", "replace").decode("utf-8", "replace")
+        path = redacted_path(path)[:MAX_LOGGED_PATH]  # redacted first: no token cut in two
+        user = notes.get("user")
+        if user is not None and (len(user) >= 42 or "eyJ" in user):
+            user = redact(user)  # a client that pasted a token as its username
+        return path, user
+
+    def _json_line(
+        self,
+        environ: dict[str, Any],
+        now: float,
+        status: int,
+        duration: float,
+        length: int,
+        notes: dict[str, str],
+    ) -> bytes:
+        path, user = self._fields(environ, notes)
+        line = {
+            "time": self._time(now),
+            "level": "INFO",
+            "logger": "request",
+            "method": environ["REQUEST_METHOD"],
+            "path": path,
+            "status": status,
+            "duration_ms": round(duration * 1000, 3),
+            "bytes": length,
+            "client": environ.get("REMOTE_ADDR"),
+            "user": user,
+            "request_id": environ[REQUEST_ID_KEY],
+        }
+        if "reason" in notes:
+            line["reason"] = notes["reason"]
+        if "revoked" in notes:
+            line["revoked"] = notes["revoked"]
+        try:
+            return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # a lone surrogate in a provider's user id: orjson refuses it
+            return (json.dumps(line, separators=(",", ":")) + "\n").encode()
+
+    def _text_line(
+        self,
+        environ: dict[str, Any],
+        now: float,
+        status: int,
+        duration: float,
+        length: int,
+        notes: dict[str, str],
+    ) -> bytes:
+        path, user = self._fields(environ, notes)
+        line = (
+            f"{self._time(now)} INFO request {environ.get('REMOTE_ADDR')} "
+            f'"{environ["REQUEST_METHOD"]} {_escaped(path)}" {status} {length}B '
+            f"{duration * 1000:.3f}ms user={_escaped(user) if user else '-'} "
+            f"request_id={environ[REQUEST_ID_KEY]}"
+        )
+        for name in ("reason", "revoked"):
+            if name in notes:
+                line += f" {name}={_escaped(notes[name])}"
+        return (line + "\n").encode("utf-8", "backslashreplace")
+
+
+def _escaped(text: str) -> str:
+    """Return ``text`` as one unambiguous word of a text line: JSON-quoted unless plain."""
+    if text.isprintable() and not any(char in text for char in ' "\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
