@@ -12,6 +12,7 @@ from werkzeug.exceptions import Forbidden, Unauthorized
 
 from app.config import current_settings
 from app.errors import unauthenticated
+from app.keys import KeyRing
 from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -34,7 +35,7 @@ def cookie_token() -> str | None:
 
 def authenticate(
     extract: Callable[[], str | None],
-    verify: Callable[[str, str, int], dict[str, Any]],
+    verify: Callable[[str, KeyRing, int], dict[str, Any]],
     failure: Callable[[], Unauthorized],
 ) -> dict[str, Any]:
     """Return what ``verify`` makes of the token that ``extract`` finds, or raise ``failure()``."""
@@ -42,7 +43,7 @@ def authenticate(
     if token is not None:
         try:
             settings = current_settings()
-            return verify(token, settings.signing_secret, settings.clock_skew)
+            return verify(token, settings.signing_keys, settings.clock_skew)
         except InvalidTokenError:
             pass
     raise failure()
