@@ -1,7 +1,9 @@
-"""``flask tokens ...``: operator commands on the refresh-token store, for every backend.
+"""Operator commands: ``flask tokens ...`` on the refresh-token store, for every backend,
+and ``flask keys ...`` on the signing keys.
 
 Tokens are shown by the first hex digits of their SHA-256 digest and their issue
-time, never in clear: the store does not hold them in clear either.
+time, never in clear: the store does not hold them in clear either. Keys are shown
+by their kid, never a secret or a private key.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import click
 from flask import Flask
 from flask.cli import AppGroup
 
+from app.config import current_settings
+from app.keys import EDDSA, ES256, HS256, create_private_file, new_private_key_pem, private_key_file
 from app.store import StoreUnavailableError, get_store, shown_digest
 
 #: Fewer hex digits than this could name a token the operator did not mean.
@@ -25,11 +29,13 @@ HEX_PREFIX = re.compile(rf"[0-9a-fA-F]{{{MIN_DIGEST_PREFIX},64}}")
 MAX_TOKEN_LINE = 4096
 
 tokens = AppGroup("tokens", help="Count, list and revoke refresh tokens (never shown in clear).")
+keys = AppGroup("keys", help="Make and show signing keys (shown by kid, never in clear).")
 
 
 def register_commands(app: Flask) -> None:
     """Add the operator commands to ``app``'s CLI."""
     app.cli.add_command(tokens)
+    app.cli.add_command(keys)
 
 
 @contextmanager
@@ -119,3 +125,33 @@ def revoke_token_command() -> None:
         click.echo(f"revoked the refresh token {shown}")
     else:
         click.echo(f"the refresh token {shown} was not known (revoked already?)")
+
+
+@keys.command("generate")
+@click.argument("path", type=click.Path(dir_okay=False, writable=True))
+@click.option(
+    "--algorithm",
+    type=click.Choice([EDDSA, ES256]),
+    help="EdDSA (Ed25519) or ES256 (P-256); default: SIGNING_ALGORITHM, or EdDSA with HS256.",
+)
+def generate_key_command(path: str, algorithm: str | None) -> None:
+    """Write a new private key to PATH (mode 0600, never over a file) and print its kid."""
+    if algorithm is None:
+        configured = current_settings().signing_algorithm
+        algorithm = EDDSA if configured == HS256 else configured
+    try:
+        created = create_private_file(path, new_private_key_pem(algorithm))
+    except OSError as error:
+        raise click.ClickException(f"cannot write {path}: {error.strerror}") from None
+    if not created:
+        raise click.ClickException(f"{path} exists; a key file is never overwritten")
+    click.echo(private_key_file(path, algorithm).kid)
+
+
+@keys.command("show")
+def show_keys_command() -> None:
+    """Print the current key and the previous ones: role, algorithm, kid and source."""
+    ring = current_settings().signing_keys
+    for key in ring.keys:
+        role = "current" if key is ring.current else "previous"
+        click.echo(f"{role:<8}  {key.algorithm:<5}  {key.kid}  {key.source}")

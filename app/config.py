@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import os
 import re
@@ -16,6 +17,15 @@ from urllib.parse import urlsplit
 
 from flask import current_app
 
+from app.keys import (
+    ALGORITHMS,
+    HS256,
+    KeyFileError,
+    KeyRing,
+    create_private_file,
+    load_key_ring,
+    new_private_key_pem,
+)
 from app.tokens import DEFAULT_CLOCK_SKEW, MAX_USERNAME_LENGTH
 
 #: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
@@ -30,6 +40,8 @@ MAX_REUSE_GRACE = 60
 MAX_TOKENS_PER_USER = 1000
 #: Name of the generated secret's file in the instance folder.
 SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
+#: Name of the generated private key's file in the instance folder, per algorithm.
+KEY_FILE_NAMES = {"EdDSA": "signing_key_eddsa.pem", "ES256": "signing_key_es256.pem"}
 #: Name of the default SQLite file in the instance folder.
 SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
 #: Where the instance folder is when INSTANCE_PATH is unset: ``instance/`` beside ``app/``.
@@ -118,6 +130,25 @@ def _secret(name: str, value: str) -> str:
             + HOW_TO_GENERATE_ONE
         )
     return value
+
+
+def _previous_secrets(name: str, value: str) -> tuple[str, ...]:
+    items = [item.strip() for item in value.split(",")]
+    return tuple(
+        _secret(f"{name} (secret {number})", item)
+        for number, item in enumerate((item for item in items if item), 1)
+    )
+
+
+def _signing_algorithm(name: str, value: str) -> str:
+    for algorithm in ALGORITHMS:
+        if value.strip().lower() == algorithm.lower():
+            return algorithm
+    raise ConfigError(f"{name} must be {', '.join(ALGORITHMS)}, got {value!r}")
+
+
+def _absolute_paths(name: str, value: str) -> tuple[str, ...]:
+    return tuple(os.path.abspath(item.strip()) for item in value.split(",") if item.strip())
 
 
 def _admin_username(name: str, value: str) -> str:
@@ -219,9 +250,11 @@ def provider_env_prefix(name: str) -> str:
     return "OIDC_" + name.upper().replace("-", "_") + "_"
 
 
-def _setting(env: str, parse: Callable[[str, str], Any], default: Any = None) -> Any:
+def _setting(
+    env: str, parse: Callable[[str, str], Any], default: Any = None, *, secret: bool = False
+) -> Any:
     """Declare a dataclass field read from the environment variable ``env``."""
-    return field(default=default, metadata={"env": env, "parse": parse})
+    return field(default=default, repr=not secret, metadata={"env": env, "parse": parse})
 
 
 @dataclass(frozen=True)
@@ -229,10 +262,20 @@ class Settings:
     """Every setting of the service; one environment variable each (see README).
 
     Build it with ``Settings.load``, which also resolves the instance folder, the
-    signing secret and the token store's location: every field is then final.
+    signing secret and key, and the token store's location: every field is then
+    final, and the signing keys are loaded and checked.
     """
 
-    signing_secret: str = _setting("SIGNING_SECRET", _secret, "")
+    signing_secret: str = _setting("SIGNING_SECRET", _secret, "", secret=True)
+    signing_secret_previous: tuple[str, ...] = _setting(
+        "SIGNING_SECRET_PREVIOUS", _previous_secrets, (), secret=True
+    )
+    signing_algorithm: str = _setting("SIGNING_ALGORITHM", _signing_algorithm, HS256)
+    #: None with HS256; else the private key's file, generated in the instance folder if unset.
+    signing_key_file: str | None = _setting("SIGNING_KEY_FILE", _absolute_path)
+    signing_key_file_previous: tuple[str, ...] = _setting(
+        "SIGNING_KEY_FILE_PREVIOUS", _absolute_paths, ()
+    )
     admin_username: str = _setting("ADMIN_USERNAME", _admin_username, "admin")
     access_token_lifetime: int = _setting("ACCESS_TOKEN_LIFETIME", _int_between(1, 86_400), 60)
     clock_skew: int = _setting("CLOCK_SKEW", _int_between(0, 300), DEFAULT_CLOCK_SKEW)
@@ -319,7 +362,36 @@ class Settings:
         values["signing_secret"] = values.get("signing_secret") or load_or_create_secret(
             instance_path
         )
-        return cls(**values)
+        algorithm = values.get("signing_algorithm", HS256)
+        if algorithm == HS256:
+            for name in ("signing_key_file", "signing_key_file_previous"):
+                if values.get(name):
+                    raise ConfigError(
+                        f"{name.upper()} is for SIGNING_ALGORITHM=EdDSA or ES256 (it is HS256)"
+                    )
+        elif not values.get("signing_key_file"):
+            values["signing_key_file"] = load_or_create_key_file(instance_path, algorithm)
+        settings = cls(**values)
+        settings.signing_keys  # noqa: B018 (loads and checks every key now, once)
+        return settings
+
+    @functools.cached_property
+    def signing_keys(self) -> KeyRing:
+        """Return the keys that sign and verify tokens, loaded and checked once."""
+        generated = self.signing_key_file == _generated_key_file(
+            self.instance_path, self.signing_algorithm
+        )
+        try:
+            return load_key_ring(
+                self.signing_secret,
+                self.signing_algorithm,
+                self.signing_secret_previous,
+                self.signing_key_file,
+                self.signing_key_file_previous,
+                key_file_name="the generated key" if generated else "SIGNING_KEY_FILE",
+            )
+        except KeyFileError as error:
+            raise ConfigError(str(error)) from None
 
     def identity_provider(self, name: str) -> IdentityProvider | None:
         """Return the configured provider called ``name``, or None."""
@@ -402,10 +474,9 @@ def load_or_create_secret(instance_path: str) -> str:
 
     gunicorn's master creates it before forking (gunicorn.conf.py), so workers only
     read it. Processes that start at the same moment without a master (``flask``
-    commands, several servers on one folder) race here: each writes a complete
-    candidate to a private temporary file and tries to hard-link it into place.
-    ``link`` fails if the name exists, so exactly one candidate wins and every
-    process reads that one; no reader ever sees a half-written file.
+    commands, several servers on one folder) race here, safely: exactly one
+    candidate is written into place, whole, and every process reads that one
+    (``app.keys.create_private_file``).
     """
     path = os.path.join(instance_path, SECRET_FILE_NAME)
     try:
@@ -422,14 +493,25 @@ def load_or_create_secret(instance_path: str) -> str:
 
 
 def _create_secret_file(path: str) -> None:
-    candidate = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
-    descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    # Another process may win the race: then every process uses its secret.
+    create_private_file(path, (secrets.token_urlsafe(48) + "\n").encode())
+
+
+def load_or_create_key_file(instance_path: str, algorithm: str) -> str:
+    """Return the private key file kept in the instance folder, creating it once if missing.
+
+    As for the secret (``load_or_create_secret``): gunicorn's master creates it
+    before forking, and processes that start together agree on one key.
+    """
+    path = _generated_key_file(instance_path, algorithm)
     try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(secrets.token_urlsafe(48) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        with contextlib.suppress(FileExistsError):  # another process won: use its secret
-            os.link(candidate, path)
-    finally:
-        os.unlink(candidate)
+        if not os.path.exists(path):
+            create_private_file(path, new_private_key_pem(algorithm))
+    except OSError as error:
+        raise ConfigError(f"the signing key {path} cannot be created: {error.strerror}") from None
+    return path
+
+
+def _generated_key_file(instance_path: str, algorithm: str) -> str | None:
+    name = KEY_FILE_NAMES.get(algorithm)
+    return os.path.join(instance_path, name) if name else None

@@ -55,7 +55,7 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
         return None, "malformed" if malformed else MISSING
     settings = current_settings()
     try:
-        return verify_access_token(token, settings.signing_secret, settings.clock_skew), ""
+        return verify_access_token(token, settings.signing_keys, settings.clock_skew), ""
     except InvalidTokenError as error:
         return None, error.reason
 
@@ -68,7 +68,7 @@ def authenticated_cookie_user() -> dict[str, Any]:
         raise Unauthorized()
     settings = current_settings()
     try:
-        user = verify_cookie_token(token, settings.signing_secret, settings.clock_skew)
+        user = verify_cookie_token(token, settings.signing_keys, settings.clock_skew)
     except InvalidTokenError as error:
         note(reason=error.reason)
         raise Unauthorized() from None

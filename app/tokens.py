@@ -6,12 +6,13 @@ import functools
 import secrets
 import string
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
-from jwt.algorithms import HMACAlgorithm
 
-ALGORITHM = "HS256"
+if TYPE_CHECKING:
+    from app.keys import KeyRing
+
 ROLES = ("admin", "user")
 REFRESH_TOKEN_LENGTH = 42
 REFRESH_TOKEN_ALPHABET = string.ascii_letters + string.digits
@@ -53,55 +54,26 @@ class InvalidTokenError(Exception):
         self.reason = reason
 
 
-class _PreparedKeyHMAC(HMACAlgorithm):
-    """HS256 whose key checks run once per secret instead of on every token.
-
-    PyJWT 2.15 runs ``prepare_key`` (a PEM, SSH, DER and JWK look at the secret) on
-    each encode and decode: about 6 µs of a 14 µs encode. Its result depends on the
-    key alone, so it is remembered; a key it refuses raises every time.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(HMACAlgorithm.SHA256)
-
-    @functools.lru_cache(maxsize=8)  # noqa: B019 (one instance, kept for the process)
-    def prepare_key(self, key: str | bytes) -> bytes:
-        return super().prepare_key(key)
-
-
-class _ServiceJWT(jwt.PyJWT):
-    """PyJWT, with the one algorithm the service uses registered as ``_PreparedKeyHMAC``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        # register_algorithm is PyJWT's public way to swap an algorithm's implementation;
-        # the PyJWS it lives on is this instance's own.
-        self._jws.unregister_algorithm(ALGORITHM)
-        self._jws.register_algorithm(ALGORITHM, _PreparedKeyHMAC())
-
-
-_JWT = _ServiceJWT()
-
-
 def role_for(username: str, admin_username: str) -> str:
     """Return the role of ``username``: ``admin`` for the configured admin, else ``user``."""
     return "admin" if username == admin_username else "user"
 
 
 def issue_access_token(
-    username: str, role: str, secret: str, lifetime: int, now: int | None = None
+    username: str, role: str, keys: KeyRing, lifetime: int, now: int | None = None
 ) -> str:
-    """Return a signed access token for ``username`` that expires ``lifetime`` seconds from now."""
+    """Return an access token for ``username``, signed with the current key, that expires
+    ``lifetime`` seconds from now."""
     issued_at = int(time.time()) if now is None else now
     claims = {"username": username, "role": role, "iat": issued_at, "exp": issued_at + lifetime}
-    return _JWT.encode(claims, secret, algorithm=ALGORITHM)
+    return keys.current.sign(claims)
 
 
 def verify_access_token(
-    token: str, secret: str, clock_skew: int = DEFAULT_CLOCK_SKEW
+    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW
 ) -> dict[str, Any]:
     """Return the claims of a valid access token, or raise InvalidTokenError."""
-    username, role, issued_at, expires_at = _verified_access_claims(token, secret, clock_skew)
+    username, role, issued_at, expires_at = _verified_access_claims(token, keys, clock_skew)
     # A cached verification must not outlive the token: expiry is checked every time.
     if time.time() >= expires_at:
         raise InvalidTokenError("token has expired", EXPIRED)
@@ -109,15 +81,19 @@ def verify_access_token(
 
 
 # A per-process cache is module state, which STYLE.md otherwise keeps out: it holds
-# only pure results (token text and key in, claims out), so it cannot leak between
+# only pure results (token text and keys in, claims out), so it cannot leak between
 # apps or go stale, and it takes PyJWT's verification off most requests.
 @functools.lru_cache(maxsize=VERIFIED_TOKEN_CACHE_SIZE)
-def _verified_access_claims(token: str, secret: str, clock_skew: int) -> tuple[str, str, int, int]:
+def _verified_access_claims(
+    token: str, keys: KeyRing, clock_skew: int
+) -> tuple[str, str, int, int]:
     # Clients send the same token for its whole lifetime, and PyJWT spends most of a
     # request's CPU on it; only tokens that verified are cached (a raise is not), keyed
-    # by the exact token text, so a forged or altered token never hits the cache. A
-    # cached iat stays acceptable: it only moves further into the past.
-    claims = _decode(token, secret, clock_skew, required=ACCESS_TOKEN_CLAIMS)
+    # by the exact token text, so a forged or altered token never hits the cache, and
+    # by the key ring (compared by identity), so a token is only ever taken as verified
+    # by the keys it was verified with. A cached iat stays acceptable: it only moves
+    # further into the past.
+    claims = _decode(token, keys, clock_skew, required=ACCESS_TOKEN_CLAIMS)
     username, role = claims["username"], claims["role"]
     if not isinstance(username, str) or not 0 < len(username) <= MAX_USERNAME_LENGTH:
         raise InvalidTokenError("username claim must be a non-empty string")
@@ -128,19 +104,20 @@ def _verified_access_claims(token: str, secret: str, clock_skew: int) -> tuple[s
     return username, role, claims["iat"], claims["exp"]
 
 
-def issue_cookie_token(user: dict[str, str], secret: str, lifetime: int) -> str:
-    """Return a signed cookie token naming the third-party ``user`` as its ``sub`` object."""
-    return _JWT.encode({"sub": user, "exp": int(time.time()) + lifetime}, secret, ALGORITHM)
+def issue_cookie_token(user: dict[str, str], keys: KeyRing, lifetime: int) -> str:
+    """Return a cookie token, signed with the current key, naming the third-party ``user``
+    as its ``sub`` object."""
+    return keys.current.sign({"sub": user, "exp": int(time.time()) + lifetime})
 
 
 def verify_cookie_token(
-    token: str, secret: str, clock_skew: int = DEFAULT_CLOCK_SKEW
+    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW
 ) -> dict[str, Any]:
     """Return the user ``{source, id, shownName}`` of a valid cookie token, or raise."""
     # PyJWT 2.10 started to insist that ``sub`` is a string (RFC 7519); this token's
     # ``sub`` is an object by contract, so that one check is off here and nowhere else.
     # Signature, algorithm and expiry are still verified, and the type is checked below.
-    claims = _decode(token, secret, clock_skew, required=("sub", "exp"), verify_sub=False)
+    claims = _decode(token, keys, clock_skew, required=("sub", "exp"), verify_sub=False)
     user = claims["sub"]
     if not isinstance(user, dict):
         raise InvalidTokenError("sub claim must be an object")
@@ -165,7 +142,7 @@ def new_refresh_token() -> str:
 
 def _decode(
     token: str,
-    secret: str,
+    keys: KeyRing,
     clock_skew: int,
     *,
     required: tuple[str, ...],
@@ -173,14 +150,17 @@ def _decode(
 ) -> dict[str, Any]:
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidTokenError("token is too long")
+    key = keys.key_for(token)
+    if key is None:
+        raise InvalidTokenError("token names no key of this service")
     try:
-        # The algorithm is pinned: a token naming any other, "none" included, fails.
-        # No leeway: a token is expired from the second its exp names. PyJWT's one
-        # leeway would stretch exp too, so iat and nbf are checked below instead.
-        claims = _JWT.decode(
+        # The key's one algorithm is pinned: a token naming any other, "none" included,
+        # fails. No leeway: a token is expired from the second its exp names. PyJWT's
+        # one leeway would stretch exp too, so iat and nbf are checked below instead.
+        claims = jwt.decode(
             token,
-            secret,
-            algorithms=[ALGORITHM],
+            key.verifier,
+            algorithms=key.algorithms,
             options={
                 "require": list(required),
                 "verify_sub": verify_sub,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import secrets
@@ -25,7 +26,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.config import Settings
+from app.config import KEY_FILE_NAMES, Settings
+from app.keys import KeyRing, create_private_file, load_key_ring, new_private_key_pem
 from app.store import RefreshTokenStore
 from app.store.redis import RedisTokenStore
 from app.store.sqlite import SQLiteTokenStore
@@ -34,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: The refresh-token stores every app and server of the tests runs on, one test each.
 STORE_BACKENDS = ("sqlite", "redis")
+#: What the app signs with unless a test module asks for more (``signing_algorithms``).
+DEFAULT_ALGORITHM = "HS256"
 
 
 def require_tool(available: bool, what: str, how: str) -> None:
@@ -64,17 +68,76 @@ def instance_path(tmp_path: Path) -> Path:
     return tmp_path / "instance"
 
 
+@dataclass
+class ServiceKey:
+    """The key that the app under test signs with, as the tests know it."""
+
+    algorithm: str
+    secret: str
+    #: The private key file, for EdDSA and ES256: where the app would generate it.
+    key_file: Path | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Return the settings that make an app sign with this key (beside SIGNING_SECRET)."""
+        return {} if self.algorithm == "HS256" else {"SIGNING_ALGORITHM": self.algorithm}
+
+    @functools.cached_property
+    def ring(self) -> KeyRing:
+        """Return the service's own key ring for this key (signs as the app does)."""
+        key_file = None if self.key_file is None else str(self.key_file)
+        return load_key_ring(self.secret, self.algorithm, key_file=key_file)
+
+    @property
+    def private(self) -> Any:
+        return self.secret if self.key_file is None else self.ring.current.signing_key
+
+    @property
+    def public(self) -> Any:
+        return self.secret if self.key_file is None else self.ring.current.verifier.key
+
+    @property
+    def kid(self) -> str:
+        return self.ring.current.kid
+
+    def decode(self, token: str) -> dict[str, Any]:
+        """Return the claims of a token this key signed (checked by PyJWT alone)."""
+        return jwt.decode(token, self.public, algorithms=[self.algorithm])
+
+
+@pytest.fixture
+def signing_algorithm(request: pytest.FixtureRequest) -> str:
+    """Return the algorithm the app signs with: HS256, unless the module asks for others."""
+    return getattr(request, "param", DEFAULT_ALGORITHM)
+
+
+@pytest.fixture
+def signing_key(signing_algorithm: str, signing_secret: str, instance_path: Path) -> ServiceKey:
+    """Return the key of the apps that ``make_app`` builds.
+
+    An asymmetric key is put where the app generates its own (the instance folder),
+    so the app runs on its defaults and the test still knows the key.
+    """
+    if signing_algorithm == "HS256":
+        return ServiceKey("HS256", signing_secret)
+    instance_path.mkdir(mode=0o700, exist_ok=True)
+    key_file = instance_path / KEY_FILE_NAMES[signing_algorithm]
+    create_private_file(str(key_file), new_private_key_pem(signing_algorithm))
+    return ServiceKey(signing_algorithm, signing_secret, key_file)
+
+
 @pytest.fixture
 def make_app(
-    signing_secret: str, instance_path: Path, store_backend: str | None
+    signing_secret: str, signing_key: ServiceKey, instance_path: Path, store_backend: str | None
 ) -> Callable[..., Flask]:
-    """Return a factory of apps sharing one secret, instance folder and store, with overrides."""
+    """Return a factory of apps sharing one key, instance folder and store, with overrides."""
 
     def make(**overrides: Any) -> Flask:
         settings = {
             "SIGNING_SECRET": signing_secret,
             "INSTANCE_PATH": str(instance_path),
             "TOKEN_STORE_URL": store_backend,
+            **signing_key.env,
         }
         settings.update(overrides)
         return create_app({key: value for key, value in settings.items() if value is not None})
@@ -111,9 +174,18 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def make_token(secret: str, claims: dict[str, Any], algorithm: str = "HS256", **headers) -> str:
-    """Sign arbitrary claims, as an attacker holding (or guessing) a key would."""
-    return jwt.encode(claims, secret, algorithm=algorithm, headers=headers or None)
+def make_token(
+    key: str | ServiceKey, claims: dict[str, Any], algorithm: str | None = None, **headers
+) -> str:
+    """Sign arbitrary claims, as an attacker holding (or guessing) a key would.
+
+    ``key`` is a secret (HS256 by default) or the app's own key (its algorithm).
+    No ``kid`` unless one is given: the app verifies such a token with its current key.
+    """
+    if isinstance(key, ServiceKey):
+        algorithm = algorithm or key.algorithm
+        key = key.private
+    return jwt.encode(claims, key, algorithm=algorithm or "HS256", headers=headers or None)
 
 
 def unsigned_token(claims: dict[str, Any]) -> str:
@@ -276,6 +348,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "own_store: the test sets TOKEN_STORE_URL itself, so it runs once"
     )
+    config.addinivalue_line(
+        "markers",
+        "signing_algorithms(*algorithms): run the test's app signing with each of these;"
+        f" {DEFAULT_ALGORITHM} on every store, the others on the first store only",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -283,25 +360,48 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     The Redis case is marked ``redis``, so ``make test-fast`` leaves it out; a
     test about one backend only says so with ``@pytest.mark.store("sqlite")``, and
-    one that sets its own TOKEN_STORE_URL with ``@pytest.mark.own_store``.
+    one that sets its own TOKEN_STORE_URL with ``@pytest.mark.own_store``. A module
+    marked ``signing_algorithms("HS256", "EdDSA")`` also runs with an EdDSA app, on
+    one store: the keys do not depend on the store.
     """
+    algorithms_marker = metafunc.definition.get_closest_marker("signing_algorithms")
+    extra_algorithms = [
+        algorithm
+        for algorithm in (algorithms_marker.args if algorithms_marker else ())
+        if algorithm != DEFAULT_ALGORITHM
+    ]
+    if "signing_algorithm" not in metafunc.fixturenames:
+        extra_algorithms = []
     if "store_backend" not in metafunc.fixturenames:
+        if extra_algorithms:
+            metafunc.parametrize(
+                "signing_algorithm", [DEFAULT_ALGORITHM, *extra_algorithms], indirect=True
+            )
         return
     marker = metafunc.definition.get_closest_marker("store")
     if metafunc.definition.get_closest_marker("own_store"):
         backends: tuple[str, ...] = ("sqlite",)  # overridden by the test: run it once
     else:
         backends = marker.args if marker else STORE_BACKENDS
-    metafunc.parametrize(
-        "store_backend",
-        [store_param(name) for name in backends],
-        indirect=True,
-    )
+    if not extra_algorithms:
+        metafunc.parametrize(
+            "store_backend",
+            [store_param(name) for name in backends],
+            indirect=True,
+        )
+        return
+    cases = [store_param(name, DEFAULT_ALGORITHM) for name in backends]
+    cases += [store_param(backends[0], algorithm) for algorithm in extra_algorithms]
+    metafunc.parametrize(("store_backend", "signing_algorithm"), cases, indirect=True)
 
 
-def store_param(backend: str) -> Any:
-    """Return ``backend`` as a pytest parameter, marked ``redis`` for Redis."""
-    return pytest.param(backend, marks=pytest.mark.redis if backend == "redis" else ())
+def store_param(backend: str, algorithm: str | None = None) -> Any:
+    """Return ``backend`` (with ``algorithm``) as a pytest parameter, marked ``redis`` for Redis."""
+    marks = pytest.mark.redis if backend == "redis" else ()
+    if algorithm is None:
+        return pytest.param(backend, marks=marks)
+    name = backend if algorithm == DEFAULT_ALGORITHM else f"{backend}-{algorithm}"
+    return pytest.param(backend, algorithm, marks=marks, id=name)
 
 
 @pytest.fixture

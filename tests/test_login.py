@@ -12,13 +12,11 @@ import pytest
 from app.tokens import REFRESH_TOKEN_LENGTH
 from tests.conftest import bearer, login, stored_contents
 
-
-def decode(token: str, secret: str) -> dict:
-    return jwt.decode(token, secret, algorithms=["HS256"])
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
 
 
 @pytest.mark.parametrize("body_kind", ["json", "form"])
-def test_login_returns_access_and_refresh_tokens(client, signing_secret, body_kind):
+def test_login_returns_access_and_refresh_tokens(client, signing_key, body_kind):
     fields = {"username": "alice", "password": "anything"}
     body = {"json": fields} if body_kind == "json" else {"data": fields}
     before = int(time.time())
@@ -27,7 +25,7 @@ def test_login_returns_access_and_refresh_tokens(client, signing_secret, body_ki
     assert response.mimetype == "application/json"
     tokens = response.get_json()
     assert set(tokens) == {"accessToken", "refreshToken"}
-    claims = decode(tokens["accessToken"], signing_secret)
+    claims = signing_key.decode(tokens["accessToken"])
     assert set(claims) == {"username", "role", "iat", "exp"}
     assert claims["username"] == "alice"
     assert claims["role"] == "user"
@@ -35,32 +33,32 @@ def test_login_returns_access_and_refresh_tokens(client, signing_secret, body_ki
     assert claims["exp"] == claims["iat"] + 60
 
 
-def test_access_token_header_names_hs256(client):
+def test_access_token_header_names_the_algorithm_and_the_key(client, signing_key):
     header = jwt.get_unverified_header(login(client)["accessToken"])
-    assert header["alg"] == "HS256"
+    assert header == {"alg": signing_key.algorithm, "kid": signing_key.kid, "typ": "JWT"}
 
 
-def test_admin_username_gets_admin_role(client, signing_secret):
-    claims = decode(login(client, "admin")["accessToken"], signing_secret)
+def test_admin_username_gets_admin_role(client, signing_key):
+    claims = signing_key.decode(login(client, "admin")["accessToken"])
     assert claims["role"] == "admin"
 
 
 @pytest.mark.parametrize("username", ["Admin", "ADMIN", " admin", "admin ", "admin\n", "adm"])
-def test_admin_match_is_exact_and_case_sensitive(client, signing_secret, username):
-    claims = decode(login(client, username)["accessToken"], signing_secret)
+def test_admin_match_is_exact_and_case_sensitive(client, signing_key, username):
+    claims = signing_key.decode(login(client, username)["accessToken"])
     assert claims["role"] == "user"
     assert claims["username"] == username  # kept as given, never trimmed
 
 
-def test_admin_username_comes_from_settings(make_app, signing_secret):
+def test_admin_username_comes_from_settings(make_app, signing_key):
     client = make_app(ADMIN_USERNAME="root").test_client()
-    assert decode(login(client, "root")["accessToken"], signing_secret)["role"] == "admin"
-    assert decode(login(client, "admin")["accessToken"], signing_secret)["role"] == "user"
+    assert signing_key.decode(login(client, "root")["accessToken"])["role"] == "admin"
+    assert signing_key.decode(login(client, "admin")["accessToken"])["role"] == "user"
 
 
-def test_lifetime_comes_from_settings(make_app, signing_secret):
+def test_lifetime_comes_from_settings(make_app, signing_key):
     client = make_app(ACCESS_TOKEN_LIFETIME="5").test_client()
-    claims = decode(login(client)["accessToken"], signing_secret)
+    claims = signing_key.decode(login(client)["accessToken"])
     assert claims["exp"] - claims["iat"] == 5
 
 
@@ -98,9 +96,9 @@ def test_login_needs_no_authentication_and_ignores_a_bad_header(client):
     assert response.status_code == 200
 
 
-def test_unicode_username_round_trips(client, signing_secret):
+def test_unicode_username_round_trips(client, signing_key):
     tokens = login(client, "Zoë 山田")
-    assert decode(tokens["accessToken"], signing_secret)["username"] == "Zoë 山田"
+    assert signing_key.decode(tokens["accessToken"])["username"] == "Zoë 山田"
     response = client.get("/user-accessible", headers=bearer(tokens["accessToken"]))
     assert response.get_json()["user"]["username"] == "Zoë 山田"
 

@@ -9,6 +9,8 @@ import pytest
 from app.tokens import issue_cookie_token
 from tests.conftest import bearer, login, make_token, unsigned_token
 
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
+
 USER = {"source": "corp", "id": "248289761001", "shownName": "Jane Doe"}
 
 
@@ -30,31 +32,31 @@ def assert_401(response) -> None:
     assert response.mimetype == "text/plain"
 
 
-def test_valid_cookie_returns_the_user(client, signing_secret):
-    response = me(client, issue_cookie_token(USER, signing_secret, 60))
+def test_valid_cookie_returns_the_user(client, signing_key):
+    response = me(client, issue_cookie_token(USER, signing_key.ring, 60))
     assert response.status_code == 200
     assert response.get_json() == USER
 
 
-def test_absent_user_fields_are_left_out(client, signing_secret):
-    response = me(client, make_token(signing_secret, cookie_claims(sub={"id": "7"})))
+def test_absent_user_fields_are_left_out(client, signing_key):
+    response = me(client, make_token(signing_key, cookie_claims(sub={"id": "7"})))
     assert response.status_code == 200
     assert response.get_json() == {"id": "7"}
 
 
-def test_only_the_user_fields_are_returned(client, signing_secret):
-    token = make_token(signing_secret, cookie_claims(sub={**USER, "role": "admin"}))
+def test_only_the_user_fields_are_returned(client, signing_key):
+    token = make_token(signing_key, cookie_claims(sub={**USER, "role": "admin"}))
     assert me(client, token).get_json() == USER
 
 
-def test_float_exp_in_the_future_is_accepted(client, signing_secret):
-    token = make_token(signing_secret, cookie_claims(exp=time.time() + 60))
+def test_float_exp_in_the_future_is_accepted(client, signing_key):
+    token = make_token(signing_key, cookie_claims(exp=time.time() + 60))
     assert me(client, token).status_code == 200
 
 
-def test_cookie_name_comes_from_settings(make_app, signing_secret):
+def test_cookie_name_comes_from_settings(make_app, signing_key):
     client = make_app(AUTH_COOKIE_NAME="session_token").test_client()
-    token = issue_cookie_token(USER, signing_secret, 60)
+    token = issue_cookie_token(USER, signing_key.ring, 60)
     assert me(client, token, cookie_name="jwt").status_code == 401
     assert me(client, token, cookie_name="session_token").get_json() == USER
 
@@ -79,16 +81,16 @@ def test_other_algorithm_is_401(client, signing_secret):
     assert_401(me(client, make_token(signing_secret, cookie_claims(), algorithm="HS512")))
 
 
-def test_expired_is_401(client, signing_secret):
-    assert_401(me(client, make_token(signing_secret, cookie_claims(exp=int(time.time()) - 5))))
+def test_expired_is_401(client, signing_key):
+    assert_401(me(client, make_token(signing_key, cookie_claims(exp=int(time.time()) - 5))))
 
 
-def test_exp_equal_to_now_is_401(client, signing_secret):
-    assert_401(me(client, make_token(signing_secret, cookie_claims(exp=int(time.time())))))
+def test_exp_equal_to_now_is_401(client, signing_key):
+    assert_401(me(client, make_token(signing_key, cookie_claims(exp=int(time.time())))))
 
 
-def test_missing_exp_is_401(client, signing_secret):
-    token = make_token(signing_secret, {"sub": USER})
+def test_missing_exp_is_401(client, signing_key):
+    token = make_token(signing_key, {"sub": USER})
     assert_401(me(client, token))
 
 
@@ -97,9 +99,9 @@ def test_missing_exp_is_401(client, signing_secret):
     [None, "user-123", 123, ["corp", "1"], True, {"id": 5}, {"source": None}],
     ids=repr,
 )
-def test_sub_missing_or_not_an_object_of_strings_is_401(client, signing_secret, sub):
+def test_sub_missing_or_not_an_object_of_strings_is_401(client, signing_key, sub):
     claims = cookie_claims(sub=sub) if sub is not None else {"exp": int(time.time()) + 60}
-    assert_401(me(client, make_token(signing_secret, claims)))
+    assert_401(me(client, make_token(signing_key, claims)))
 
 
 def test_garbage_cookie_is_401(client):
@@ -111,14 +113,14 @@ def test_login_access_token_in_the_cookie_is_401(client):
     assert_401(me(client, access_token))
 
 
-def test_bearer_header_does_not_authenticate_me(client, signing_secret):
-    cookie_token = issue_cookie_token(USER, signing_secret, 60)
+def test_bearer_header_does_not_authenticate_me(client, signing_key):
+    cookie_token = issue_cookie_token(USER, signing_key.ring, 60)
     assert_401(client.get("/api/v1/me", headers=bearer(cookie_token)))
     assert_401(client.get("/api/v1/me", headers=bearer(login(client)["accessToken"])))
 
 
-def test_cookie_token_never_authenticates_bearer_endpoints(client, signing_secret):
-    cookie_token = issue_cookie_token(USER, signing_secret, 60)
+def test_cookie_token_never_authenticates_bearer_endpoints(client, signing_key):
+    cookie_token = issue_cookie_token(USER, signing_key.ring, 60)
     client.set_cookie("jwt", cookie_token)
     for path in ["/user-accessible", "/admin-accessible"]:
         response = client.get(path)

@@ -8,6 +8,8 @@ import pytest
 
 from tests.conftest import bearer, login, make_token, unsigned_token, valid_claims
 
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
+
 ENDPOINTS = [
     ("get", "/user-accessible", {}),
     ("get", "/admin-accessible", {}),
@@ -40,7 +42,7 @@ def reserve_with_raw_json_count(client, raw: str):
 # --- success -------------------------------------------------------------------------
 
 
-def test_user_accessible_answers_a_user(client, signing_secret):
+def test_user_accessible_answers_a_user(client):
     tokens = login(client, "alice")
     response = client.get("/user-accessible", headers=bearer(tokens["accessToken"]))
     assert response.status_code == 200
@@ -78,9 +80,9 @@ def test_admin_accessible_is_403_for_a_user(client):
     assert response.get_json() == {"message": "No access"}
 
 
-def test_claims_are_echoed_exactly_as_signed(client, signing_secret):
+def test_claims_are_echoed_exactly_as_signed(client, signing_key):
     claims = valid_claims(username="dave", role="admin")
-    token = make_token(signing_secret, claims)
+    token = make_token(signing_key, claims)
     response = client.get("/user-accessible", headers=bearer(token))
     assert response.get_json()["user"] == claims
 
@@ -228,9 +230,9 @@ def test_wrong_signature_is_401(client):
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_tampered_payload_is_401(client, signing_secret):
-    header, _, signature = make_token(signing_secret, valid_claims()).split(".")
-    forged = make_token(signing_secret, valid_claims(role="admin")).split(".")[1]
+def test_tampered_payload_is_401(client, signing_key):
+    header, _, signature = make_token(signing_key, valid_claims()).split(".")
+    forged = make_token(signing_key, valid_claims(role="admin")).split(".")[1]
     token = f"{header}.{forged}.{signature}"
     assert_unauthenticated(client.get("/admin-accessible", headers=bearer(token)))
 
@@ -246,14 +248,14 @@ def test_other_hmac_algorithms_with_the_right_secret_are_401(client, signing_sec
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_unknown_critical_header_is_401(client, signing_secret):
-    token = make_token(signing_secret, valid_claims(), crit=["exp-ext"], **{"exp-ext": 1})
+def test_unknown_critical_header_is_401(client, signing_key):
+    token = make_token(signing_key, valid_claims(), crit=["exp-ext"], **{"exp-ext": 1})
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
 @pytest.mark.parametrize("claim", ["username", "role", "iat", "exp"])
-def test_token_missing_a_claim_is_401(client, signing_secret, claim):
-    token = make_token(signing_secret, valid_claims(**{claim: None}))
+def test_token_missing_a_claim_is_401(client, signing_key, claim):
+    token = make_token(signing_key, valid_claims(**{claim: None}))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
@@ -276,28 +278,28 @@ def test_token_missing_a_claim_is_401(client, signing_secret, claim):
     ],
     ids=repr,
 )
-def test_token_with_a_wrongly_typed_claim_is_401(client, signing_secret, changes):
+def test_token_with_a_wrongly_typed_claim_is_401(client, signing_key, changes):
     claims = valid_claims()
     claims.update(changes)
-    token = make_token(signing_secret, {k: v for k, v in claims.items() if v is not None})
+    token = make_token(signing_key, {k: v for k, v in claims.items() if v is not None})
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_expired_token_is_401_when_now_equals_exp(client, signing_secret):
+def test_expired_token_is_401_when_now_equals_exp(client, signing_key):
     now = int(time.time())
-    token = make_token(signing_secret, valid_claims(iat=now - 60, exp=now))
+    token = make_token(signing_key, valid_claims(iat=now - 60, exp=now))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_expired_token_is_401_after_exp(client, signing_secret):
+def test_expired_token_is_401_after_exp(client, signing_key):
     now = int(time.time())
-    token = make_token(signing_secret, valid_claims(iat=now - 120, exp=now - 1))
+    token = make_token(signing_key, valid_claims(iat=now - 120, exp=now - 1))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_token_is_valid_before_exp(client, signing_secret):
+def test_token_is_valid_before_exp(client, signing_key):
     now = int(time.time())
-    token = make_token(signing_secret, valid_claims(iat=now - 58, exp=now + 2))
+    token = make_token(signing_key, valid_claims(iat=now - 58, exp=now + 2))
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
 
 
@@ -309,9 +311,9 @@ def test_issued_token_expires_after_its_lifetime(make_app):
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_token_issued_in_the_future_is_401(client, signing_secret):
+def test_token_issued_in_the_future_is_401(client, signing_key):
     now = int(time.time())
-    token = make_token(signing_secret, valid_claims(iat=now + 600, exp=now + 660))
+    token = make_token(signing_key, valid_claims(iat=now + 600, exp=now + 660))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
@@ -323,14 +325,14 @@ def test_username_of_256_emoji_makes_a_token_that_verifies(client):
     assert response.get_json()["user"]["username"] == username
 
 
-def test_oversized_token_is_401(client, signing_secret):
-    token = make_token(signing_secret, valid_claims(padding="x" * 9000))
+def test_oversized_token_is_401(client, signing_key):
+    token = make_token(signing_key, valid_claims(padding="x" * 9000))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def test_authentication_failure_wins_over_role_failure(client, signing_secret):
+def test_authentication_failure_wins_over_role_failure(client, signing_key):
     now = int(time.time())
-    expired_user = make_token(signing_secret, valid_claims(iat=now - 61, exp=now - 1))
+    expired_user = make_token(signing_key, valid_claims(iat=now - 61, exp=now - 1))
     assert_unauthenticated(client.get("/admin-accessible", headers=bearer(expired_user)))
 
 

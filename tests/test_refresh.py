@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import jwt
 import pytest
 
 from tests.conftest import login
+
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
 
 
 def assert_unauthorized(response) -> None:
@@ -15,14 +16,14 @@ def assert_unauthorized(response) -> None:
 
 
 @pytest.mark.parametrize("body_kind", ["json", "form"])
-def test_refresh_returns_a_new_access_token(client, signing_secret, body_kind):
+def test_refresh_returns_a_new_access_token(client, signing_key, body_kind):
     tokens = login(client, "alice")
     fields = {"username": "alice", "refreshToken": tokens["refreshToken"]}
     body = {"json": fields} if body_kind == "json" else {"data": fields}
     response = client.post("/token", **body)
     assert response.status_code == 200
     assert set(response.get_json()) == {"accessToken"}
-    claims = jwt.decode(response.get_json()["accessToken"], signing_secret, algorithms=["HS256"])
+    claims = signing_key.decode(response.get_json()["accessToken"])
     assert claims["username"] == "alice"
     assert claims["role"] == "user"
     assert claims["exp"] == claims["iat"] + 60
@@ -35,12 +36,12 @@ def test_refresh_token_stays_active_after_use(client):
         assert client.post("/token", json=fields).status_code == 200
 
 
-def test_refresh_recomputes_the_role_from_the_username(make_app, signing_secret):
+def test_refresh_recomputes_the_role_from_the_username(make_app, signing_key):
     tokens = login(make_app().test_client(), "carol")
     promoted = make_app(ADMIN_USERNAME="carol").test_client()  # same store, new admin
     fields = {"username": "carol", "refreshToken": tokens["refreshToken"]}
     response = promoted.post("/token", json=fields)
-    claims = jwt.decode(response.get_json()["accessToken"], signing_secret, algorithms=["HS256"])
+    claims = signing_key.decode(response.get_json()["accessToken"])
     assert claims["role"] == "admin"
 
 

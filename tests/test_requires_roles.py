@@ -8,6 +8,8 @@ from flask import g, jsonify
 from app.security import requires_roles, role_allows
 from tests.conftest import bearer, login
 
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
+
 
 @pytest.mark.parametrize(
     ("role", "required", "allowed"),

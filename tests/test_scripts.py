@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from app.keys import load_key_ring
 from app.tokens import issue_cookie_token
 from tests.conftest import ROOT, free_port, require_tool, which
 
@@ -111,7 +112,7 @@ def test_every_script_passes_in_a_realistic_session(gunicorn_server, tmp_path):
     # The third-party login's cookie token, as the callback would have set it.
     secret = (tmp_path / "instance" / "signing_secret").read_text().strip()
     user = {"source": "corp", "id": "u-1", "shownName": "Ann"}
-    cookie = issue_cookie_token(user, secret, 60)
+    cookie = issue_cookie_token(user, load_key_ring(secret), 60)
     assert json.loads(ok("me.sh", AUTH_COOKIE=cookie)) == user
     jar = tmp_path / "jar"
     jar.write_text(f"127.0.0.1\tFALSE\t/\tFALSE\t0\tjwt\t{cookie}\n")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import pytest
 
+from app.keys import load_key_ring
 from app.tokens import (
     REFRESH_TOKEN_ALPHABET,
     InvalidTokenError,
@@ -16,25 +18,30 @@ from app.tokens import (
 )
 from tests.conftest import make_token, valid_claims
 
-SECRET = "s" * 40
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
 
 
-def test_issue_then_verify_round_trips():
-    token = issue_access_token("alice", "user", SECRET, 60, now=int(time.time()))
-    claims = verify_access_token(token, SECRET)
+@pytest.fixture
+def keys(signing_key):
+    return signing_key.ring
+
+
+def test_issue_then_verify_round_trips(keys):
+    token = issue_access_token("alice", "user", keys, 60, now=int(time.time()))
+    claims = verify_access_token(token, keys)
     assert claims["username"] == "alice"
     assert claims["exp"] - claims["iat"] == 60
 
 
-def test_verify_returns_only_the_contract_claims():
-    token = make_token(SECRET, valid_claims(extra="x"))
-    assert set(verify_access_token(token, SECRET)) == {"username", "role", "iat", "exp"}
+def test_verify_returns_only_the_contract_claims(keys, signing_key):
+    token = make_token(signing_key, valid_claims(extra="x"))
+    assert set(verify_access_token(token, keys)) == {"username", "role", "iat", "exp"}
 
 
-def test_issued_token_with_past_time_is_expired():
-    token = issue_access_token("alice", "user", SECRET, 60, now=int(time.time()) - 60)
+def test_issued_token_with_past_time_is_expired(keys):
+    token = issue_access_token("alice", "user", keys, 60, now=int(time.time()) - 60)
     with pytest.raises(InvalidTokenError):
-        verify_access_token(token, SECRET)
+        verify_access_token(token, keys)
 
 
 @pytest.mark.parametrize(
@@ -48,29 +55,29 @@ def test_new_refresh_tokens_differ():
     assert len({new_refresh_token() for _ in range(1000)}) == 1000
 
 
-def test_cached_verification_still_expires_at_exp(monkeypatch):
+def test_cached_verification_still_expires_at_exp(monkeypatch, keys, signing_key):
     now = int(time.time())
-    token = make_token(SECRET, valid_claims(iat=now, exp=now + 30))
-    assert verify_access_token(token, SECRET)["exp"] == now + 30  # verified, now cached
+    token = make_token(signing_key, valid_claims(iat=now, exp=now + 30))
+    assert verify_access_token(token, keys)["exp"] == now + 30  # verified, now cached
     monkeypatch.setattr(time, "time", lambda: now + 30.0)  # the second exp names
     with pytest.raises(InvalidTokenError, match="expired"):
-        verify_access_token(token, SECRET)
+        verify_access_token(token, keys)
 
 
-def test_cache_is_keyed_by_secret_and_exact_token():
-    token = make_token(SECRET, valid_claims())
-    verify_access_token(token, SECRET)
+def test_cache_is_keyed_by_keys_and_exact_token(keys, signing_key):
+    token = make_token(signing_key, valid_claims())
+    verify_access_token(token, keys)
     with pytest.raises(InvalidTokenError):
-        verify_access_token(token, "t" * 40)  # same token, another key
+        verify_access_token(token, load_key_ring(secrets.token_urlsafe(48)))  # other keys
     with pytest.raises(InvalidTokenError):
-        verify_access_token(token[:-1] + ("A" if token[-1] != "A" else "B"), SECRET)
+        verify_access_token(token[:-1] + ("A" if token[-1] != "A" else "B"), keys)
 
 
-def test_verified_claims_are_a_fresh_dict_each_time():
-    token = make_token(SECRET, valid_claims())
-    first = verify_access_token(token, SECRET)
+def test_verified_claims_are_a_fresh_dict_each_time(keys, signing_key):
+    token = make_token(signing_key, valid_claims())
+    first = verify_access_token(token, keys)
     first["role"] = "admin"
-    assert verify_access_token(token, SECRET)["role"] == "user"
+    assert verify_access_token(token, keys)["role"] == "user"
 
 
 def test_refresh_token_letters_map_random_bytes_and_drop_the_biased_ones(monkeypatch):
@@ -100,32 +107,34 @@ def test_refresh_token_letters_are_uniform():
 @pytest.mark.parametrize(
     ("token", "reason"),
     [
-        (lambda: make_token("t" * 40, valid_claims()), "bad_signature"),
-        (lambda: make_token(SECRET, valid_claims(exp=int(time.time()) - 1)), "expired"),
-        (lambda: make_token(SECRET, valid_claims(role="root")), "malformed"),
-        (lambda: make_token("s" * 64, valid_claims(), algorithm="HS512"), "malformed"),
-        (lambda: "not.a.jwt", "malformed"),
+        (lambda key: make_token("t" * 40, valid_claims()), "bad_signature"),
+        (lambda key: make_token(key, valid_claims(exp=int(time.time()) - 1)), "expired"),
+        (lambda key: make_token(key, valid_claims(role="root")), "malformed"),
+        (lambda key: make_token("s" * 64, valid_claims(), algorithm="HS512"), "malformed"),
+        (lambda key: "not.a.jwt", "malformed"),
     ],
 )
-def test_a_refused_token_says_why(token, reason):
+@pytest.mark.signing_algorithms("HS256")
+def test_a_refused_token_says_why(keys, signing_key, token, reason):
     with pytest.raises(InvalidTokenError) as refused:
-        verify_access_token(token(), SECRET)
+        verify_access_token(token(signing_key), keys)
     assert refused.value.reason == reason
 
 
-def test_a_cached_token_at_exp_is_refused_as_expired(monkeypatch):
+def test_a_cached_token_at_exp_is_refused_as_expired(keys, signing_key, monkeypatch):
     now = int(time.time())
-    token = make_token(SECRET, valid_claims(iat=now, exp=now + 30))
-    verify_access_token(token, SECRET)
+    token = make_token(signing_key, valid_claims(iat=now, exp=now + 30))
+    verify_access_token(token, keys)
     monkeypatch.setattr(time, "time", lambda: now + 30.0)
     with pytest.raises(InvalidTokenError) as refused:
-        verify_access_token(token, SECRET)
+        verify_access_token(token, keys)
     assert refused.value.reason == "expired"
 
 
-def test_issued_tokens_verify_with_plain_pyjwt():
+@pytest.mark.signing_algorithms("HS256")
+def test_issued_tokens_verify_with_plain_pyjwt(keys, signing_secret):
     import jwt
 
-    token = issue_access_token("Zoë", "admin", SECRET, 60)
-    assert jwt.decode(token, SECRET, algorithms=["HS256"])["username"] == "Zoë"
-    assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT"}
+    token = issue_access_token("Zoë", "admin", keys, 60)
+    assert jwt.decode(token, signing_secret, algorithms=["HS256"])["username"] == "Zoë"
+    assert jwt.get_unverified_header(token)["alg"] == "HS256"

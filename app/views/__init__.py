@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.views import auth, me, oauth, ops, resources
+from app.views import auth, jwks, me, oauth, ops, resources
 
 
 def register_blueprints(app: Flask) -> None:
@@ -14,3 +14,4 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(me.bp)
     app.register_blueprint(oauth.bp)
     app.register_blueprint(ops.bp)
+    app.register_blueprint(jwks.bp)

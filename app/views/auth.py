@@ -134,6 +134,4 @@ def _role(username: str) -> str:
 
 def _access_token(username: str, role: str) -> str:
     settings = current_settings()
-    return issue_access_token(
-        username, role, settings.signing_secret, settings.access_token_lifetime
-    )
+    return issue_access_token(username, role, settings.signing_keys, settings.access_token_lifetime)

@@ -36,7 +36,7 @@ def callback(provider: str) -> Response:
     """Check the provider's answer, set the cookie token, send the browser onwards."""
     user = _flow_of(provider).logged_in_user(provider)
     settings = current_settings()
-    cookie_token = issue_cookie_token(user, settings.signing_secret, settings.cookie_token_lifetime)
+    cookie_token = issue_cookie_token(user, settings.signing_keys, settings.cookie_token_lifetime)
     response = bodiless(302, Location=settings.login_redirect_url)
     response.set_cookie(
         value=cookie_token, max_age=settings.cookie_token_lifetime, **_auth_cookie(settings)
