@@ -329,6 +329,17 @@ def test_a_retired_token_within_the_grace_replaces_its_unused_successor(make_sto
     assert store.owner_of(again) is None
 
 
+def test_without_a_grace_a_reuse_is_caught_even_from_a_clock_read_earlier(make_store):
+    # a concurrent refresh may read its clock a moment before another one rotates
+    store = make_store()
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    successor = rotated(store, token)
+    store.clock.advance(-0.5)
+    assert store.rotate(token, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(successor) is None
+
+
 def test_the_grace_ends_exactly_grace_seconds_after_the_rotation(make_store):
     store = make_store(reuse_grace=10)
     token = new_refresh_token()

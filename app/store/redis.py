@@ -213,7 +213,9 @@ end
 local outcome = 'rotated'
 if record[5] then
     local unused = nil
-    if now < tonumber(record[5]) + tonumber(ARGV[10]) then
+    local grace = tonumber(ARGV[10])
+    -- no grace, no retry: a clock read a moment before another rotation is no excuse
+    if grace > 0 and now < tonumber(record[5]) + grace then
         for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, generation + 1,
                                            generation + 1)) do
             local state = redis.call('HMGET', token_prefix .. member, 'username', 'retired_at')

@@ -127,10 +127,10 @@ class SQLiteTokenStore(RefreshTokenStore):
         return row[0] if row else None
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
-        now, policy = self.clock(), self.policy
-        digest = token_digest(token)
+        policy, digest = self.policy, token_digest(token)
         # durable: a retired token or a family revoked on reuse must stay so
         with self._connection(durable=True) as connection, _transaction(connection):
+            now = self.clock()  # read holding the write lock: times follow commit order
             if policy.lifetime:
                 _purge(connection, now, PURGE_BATCH)
             row = connection.execute(
@@ -154,7 +154,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                 )
             else:
                 unused = None
-                if now < retired_at + policy.reuse_grace:
+                if policy.reuse_grace and now < retired_at + policy.reuse_grace:
                     unused = connection.execute(  # the successor, if nothing rotated it yet
                         "SELECT digest FROM refresh_tokens"
                         " WHERE family = ? AND generation = ? AND retired_at IS NULL",
