@@ -7,7 +7,7 @@ OIDC_PROVIDER := tests/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 SERVER_MARKERS := gunicorn or redis or nginx or oidc
 
-.PHONY: run test test-fast lint format bench clean
+.PHONY: run test test-fast lint format bench bench-short bench-scale clean
 
 $(INSTALLED): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,8 +38,15 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(INSTALLED)  ## wrk against gunicorn, beside a bare-Flask floor (needs wrk)
-	$(BIN)/python bench/run.py
+# Benchmarks (need wrk: apt-get install wrk); results go to bench/results/.
+bench: $(INSTALLED)  ## the service beside a floor and two peers: 3 rounds, targets
+	$(BIN)/python -m bench.run
+
+bench-short: $(INSTALLED)  ## every scenario once for 1 s; fails on an unexpected status (CI)
+	$(BIN)/python -m bench.run --short
+
+bench-scale: $(INSTALLED)  ## /token on 1,000,000 stored tokens; workers' RSS over 100,000 logins
+	$(BIN)/python -m bench.run --scale
 
 format: $(INSTALLED)
 	$(BIN)/ruff check --fix .
