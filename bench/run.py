@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             status, markdown = scale.run(args)
         else:
             status, markdown = compare(args)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as error:
         print(f"bench: cannot run: {error}", file=sys.stderr)
         return 2
     print(markdown)
