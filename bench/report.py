@@ -177,6 +177,17 @@ def targets_table(found: list[Target]) -> str:
     return "\n".join(lines)
 
 
+def log_warnings_section(warnings: dict[str, list[str]]) -> list[str]:
+    """Return a Markdown section quoting the servers' last warnings and errors, if any."""
+    if not any(warnings.values()):
+        return []
+    lines = ["", "## Warnings and errors in the servers' logs (last 10 each)", ""]
+    for name, found in warnings.items():
+        if found:
+            lines += [f"{name}:", "", "```", *found, "```", ""]
+    return lines
+
+
 def machine_description() -> list[str]:
     """Return what the numbers depend on: CPU, cores, memory, kernel, load, versions."""
     import os

@@ -168,11 +168,13 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
             runs = measure(apps, scenario_list, credentials, args, folder)
         finally:
             servers.stop_all(started)
+            warnings = {server.name: server.log_warnings() for server in started}
     summaries = {
         key: report.summarize(app_runs, expected_status(scenario_list, key[1]))
         for key, app_runs in runs.items()
     }
-    return render(args, settings, scenario_list, list(apps), summaries)
+    status, markdown = render(args, settings, scenario_list, list(apps), summaries)
+    return status, "\n".join([markdown, *report.log_warnings_section(warnings)])
 
 
 def floor_scenarios(scenario_list: list[Scenario]) -> list[Scenario]:

@@ -139,6 +139,12 @@ class Server:
         except OSError:
             return ""
 
+    def log_warnings(self, limit: int = 10) -> list[str]:
+        """Return the last warnings and errors of the server's log (no access-log lines)."""
+        marks = ("[WARNING]", "[ERROR]", "[CRITICAL]", "WARNING in", "ERROR in", "Traceback")
+        lines = self.log_tail(1 << 20).splitlines()
+        return [line for line in lines if any(mark in line for mark in marks)][-limit:]
+
     def worker_pids(self) -> list[int]:
         return procstat.children(self.pid)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+import time
 
 import jwt
 import pytest
 
-from bench import procstat, report, scenarios, servers, wrk
+from bench import procstat, report, scale, scenarios, servers, wrk
 from bench.report import Run, Summary
 
 WRK_OUTPUT = """\
@@ -196,3 +198,19 @@ def test_print_config_is_read_as_settings_and_worker_options():
     assert arguments == [
         "--workers", "5", "--worker-class", "sync", "--threads", "1", "--keep-alive", "5"
     ]  # fmt: skip
+
+
+def test_counted_logins_end_when_the_store_grew_enough_or_stopped_growing(tmp_path):
+    path = tmp_path / "store.sqlite3"
+    scale.prefill(path, 10)
+    growth = scale.StoreGrowth(path, count=3, stall_seconds=0.2)
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO refresh_tokens VALUES ('a', 'alice', 1), ('b', 'bob', 1)")
+    assert growth() is False  # 12 of 13, still growing
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO refresh_tokens VALUES ('c', 'carol', 1)")
+    assert growth() is True
+    stalled = scale.StoreGrowth(path, count=100, stall_seconds=0.2)
+    assert stalled() is False
+    time.sleep(0.3)
+    assert stalled() is True  # a failed login leaves the count short: stop anyway
