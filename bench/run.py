@@ -144,15 +144,13 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
             workers = int(settings["workers"])
             peers, peer_secret = start_peers(settings, folder, started)
             service.wait_ready(workers)
-            credentials = {SERVICE: credentials_of(service, servers.service_secret(instance),
-                                                   args, folder)}  # fmt: skip
+            service_secret = servers.service_secret(instance)
+            credentials = {SERVICE: credentials_of(service, service_secret, args, folder)}
             answers = check_answers(service, scenario_list, credentials[SERVICE])
-            floor_env = {**servers.base_environment(), "FLOOR_ANSWERS": str(folder / "floor.json")}
-            (folder / "floor.json").write_text(
-                json.dumps(scenarios.floor_answers(
-                    {s.route: answers[s.key] for s in scenario_list if s.key == s.floor_key}
-                ))
-            )  # fmt: skip
+            floor_env = {
+                **servers.base_environment(),
+                "FLOOR_ANSWERS": str(write_floor_answers(folder, scenario_list, answers)),
+            }
             floor = servers.plain_app(
                 FLOOR, "floor_app:app", settings, floor_env, folder / "floor.log"
             ).start()
@@ -180,6 +178,16 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
 def floor_scenarios(scenario_list: list[Scenario]) -> list[Scenario]:
     """Return the scenarios the floor answers: those it is the measure of."""
     return [scenario for scenario in scenario_list if scenario.key == scenario.floor_key]
+
+
+def write_floor_answers(
+    folder: Path, scenario_list: list[Scenario], answers: dict[str, scenarios.Answer]
+) -> Path:
+    """Write the floor's constant answers, the service's own, by route; return the file."""
+    path = folder / "floor.json"
+    service_answers = {s.route: answers[s.key] for s in floor_scenarios(scenario_list)}
+    path.write_text(json.dumps(scenarios.floor_answers(service_answers)))
+    return path
 
 
 def expected_status(scenario_list: list[Scenario], key: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import signal
@@ -142,8 +143,13 @@ class Server:
     def log_warnings(self, limit: int = 10) -> list[str]:
         """Return the last warnings and errors of the server's log (no access-log lines)."""
         marks = ("[WARNING]", "[ERROR]", "[CRITICAL]", "WARNING in", "ERROR in", "Traceback")
-        lines = self.log_tail(1 << 20).splitlines()
-        return [line for line in lines if any(mark in line for mark in marks)][-limit:]
+        found: collections.deque[str] = collections.deque(maxlen=limit)
+        try:
+            with self.log_path.open(encoding="utf-8", errors="replace") as log:
+                found.extend(line.rstrip("\n") for line in log if any(m in line for m in marks))
+        except OSError:
+            pass
+        return list(found)
 
     def worker_pids(self) -> list[int]:
         return procstat.children(self.pid)
