@@ -327,7 +327,8 @@ def code_version() -> str:
         ).stdout.strip()  # fmt: skip
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
-    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return commit + (" with uncommitted changes" if changed else "")
 
 
 def render(
