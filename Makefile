@@ -15,7 +15,8 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run test test-fast lint typecheck format bench requirements clean
+.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
+	requirements clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -53,8 +54,15 @@ lint: $(INSTALLED)  ## ruff: lint and format check
 typecheck: $(INSTALLED)  ## mypy: strict type check of app/
 	$(BIN)/mypy
 
-bench: $(INSTALLED)  ## wrk against gunicorn, beside a bare-Flask floor (needs wrk)
-	$(BIN)/python bench/run.py
+# Benchmarks (need wrk: apt-get install wrk); results go to bench/results/.
+bench: $(INSTALLED)  ## the service beside a floor and two peers: 3 rounds, targets
+	$(BIN)/python -m bench.run
+
+bench-short: $(INSTALLED)  ## every scenario once for 1 s; fails on an unexpected status (CI)
+	$(BIN)/python -m bench.run --short
+
+bench-scale: $(INSTALLED)  ## /token on 1,000,000 stored tokens; workers' RSS over 100,000 logins
+	$(BIN)/python -m bench.run --scale
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .

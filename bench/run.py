@@ -1,198 +1,362 @@
-"""Benchmark: wrk against the service under gunicorn, beside a bare-Flask floor, same run.
+"""Benchmark: the service under gunicorn, as ``make run`` starts it, beside a floor and two peers.
 
-    make bench                      # or: .venv/bin/python bench/run.py --seconds 5 --rounds 3
+    make bench          # .venv/bin/python -m bench.run: 3 rounds x 5 s, targets, results file
+    make bench-short    # .venv/bin/python -m bench.run --short: 1 round x 1 s, statuses only
+    make bench-scale    # .venv/bin/python -m bench.run --scale: 1,000,000 stored tokens, RSS
 
-Every scenario runs ``--rounds`` times, interleaved with the others so that machine
-noise hits them alike; the report gives the median requests per second, the median
-of the p50 and p99 latencies, and each scenario's ratio to the floor. Only loopback
-addresses are used, and every wrk run is bounded by ``--seconds``.
+In one run, rounds interleaved, wrk drives the same scenarios against:
+
+- the service: ``gunicorn -c gunicorn.conf.py wsgi:app`` with its default settings, but
+  for a loopback port, a temporary INSTANCE_PATH and a long ACCESS_TOKEN_LIFETIME;
+- the floor (bench/floor_app.py): the same routes answering the service's own responses
+  as constants, with no work at all;
+- two peers (bench/peers/): SPEC.md in plain Flask + PyJWT, and in Flask-JWT-Extended.
+
+The floor and the peers run under the service's worker settings (read from gunicorn's
+``--print-config``) with gunicorn's standard access log. Every server writes its logs
+to a file. The measure is the server's CPU time per request: utime + stime of the
+gunicorn master and its workers, from /proc, before and after each wrk run, divided
+by the requests wrk completed. Exit status: 0, even when a target is missed; 1 when a
+scenario answered a status it should not have or wrk saw socket errors; 2 when the
+bench could not run (a server did not start, wrk is missing).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
-import os
-import re
 import secrets
 import shutil
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-LUA = {
-    "post_json": """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = os.getenv("BENCH_BODY")
-""",
-    "get_bearer": """
-wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")
-""",
-    "get": "",
-    # one token after another from a file: more distinct tokens than the verified-token
-    # cache holds, so every request pays PyJWT's full verification
-    "get_many_bearers": """
-local tokens, next_index = {}, 1
-for line in io.lines(os.getenv("BENCH_TOKEN_FILE")) do tokens[#tokens + 1] = line end
-request = function()
-    next_index = next_index % #tokens + 1
-    return wrk.format(nil, nil, {["Authorization"] = "Bearer " .. tokens[next_index]})
-end
-""",
+from bench import report, scale, scenarios, servers, wrk
+from bench.report import FLOOR, SERVICE, Run, Summary
+from bench.scenarios import Credentials, Scenario
+from bench.servers import Server
+
+RESULTS = servers.BENCH / "results"
+#: The peers: name -> the module gunicorn and ``flask --app`` load from bench/.
+PEERS = {
+    "peer: Flask+PyJWT": "peers.pyjwt_peer",
+    "peer: Flask-JWT-Extended": "peers.jwt_extended_peer",
 }
-#: Distinct tokens of the cache-missing scenario: above VERIFIED_TOKEN_CACHE_SIZE (1024).
-MANY_TOKENS = 3000
+#: Seconds between the end of a wrk run and the CPU reading, for requests still in flight.
+SETTLE_SECONDS = 0.1
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_gunicorn(app: str, env: dict[str, str], workers: int, chdir: Path) -> tuple:
-    port = free_port()
-    command = [
-        sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"),
-        "-b", f"127.0.0.1:{port}", "-w", str(workers), "--access-logfile", "/dev/null",
-        "--chdir", str(chdir), app,
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/floor" if "floor" in app else f"{url}/healthz")
-            return process, url
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"{app} did not start")
-
-
-def post_json(url: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--short", action="store_true",
+        help="every scenario and app once for 1 s, no targets; fails on a wrong status (CI)",
+    )  # fmt: skip
+    mode.add_argument(
+        "--scale", action="store_true",
+        help="the service alone: /token on a store of --stored-tokens, and workers' RSS "
+        "over --logins logins",
+    )  # fmt: skip
+    parser.add_argument("--seconds", type=int, help="length of one wrk run (default 5; short: 1)")
+    parser.add_argument("--rounds", type=int, help="runs per scenario and app (default 3)")
+    parser.add_argument(
+        "--warmup", type=int, help="seconds of unmeasured load per scenario and app first "
+        "(default 1; short: 0)",
+    )  # fmt: skip
+    parser.add_argument("--connections", type=int, default=16, help="wrk connections (16)")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads (1)")
+    parser.add_argument(
+        "--distinct-tokens", type=int, default=3000,
+        help="tokens of scenario a*, more than the service's per-worker cache (3000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stored-tokens", type=int, default=1_000_000,
+        help="scale: refresh tokens put in the service's store first (1,000,000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--logins", type=int, default=100_000, help="scale: logins between two RSS readings"
     )
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)
+    parser.add_argument(
+        "--warmup-logins", type=int, default=5_000, help="scale: logins before the first reading"
+    )
+    parser.add_argument(
+        "--output", type=Path,
+        help="Markdown results file (default: bench/results/latest.md, or scale.md with "
+        "--scale; the short mode writes none unless given)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    args.seconds = args.seconds or (1 if args.short else 5)
+    args.rounds = args.rounds or (1 if args.short else 3)
+    args.warmup = (0 if args.short else 1) if args.warmup is None else args.warmup
+    if args.output is None and not args.short:
+        args.output = RESULTS / ("scale.md" if args.scale else "latest.md")
+    if min(args.seconds, args.rounds, args.connections, args.threads) < 1:
+        parser.error("--seconds, --rounds, --connections and --threads must be at least 1")
+    if args.distinct_tokens < 1 or args.logins < 1 or args.stored_tokens < 0:
+        parser.error("--distinct-tokens and --logins must be positive")
+    return args
 
 
-def run_wrk(url: str, script: str, env: dict[str, str], args: argparse.Namespace) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-        handle.write(LUA[script])
-    try:
-        output = subprocess.run(
-            [
-                "wrk", "--latency", "-t", "2", "-c", str(args.connections),
-                "-d", f"{args.seconds}s", "--timeout", "5s", "-s", handle.name, url,
-            ],
-            env={**os.environ, **env}, capture_output=True, text=True,
-            timeout=args.seconds + 30, check=True,
-        ).stdout  # fmt: skip
-    finally:
-        os.unlink(handle.name)
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    errors = re.search(r"Socket errors: (.*)", output)
-    return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
-        "p50": latency(output, "50%"),
-        "p99": latency(output, "99%"),
-        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-        "socket_errors": errors.group(1) if errors else "",
-    }
-
-
-def latency(output: str, percentile: str) -> float:
-    value, unit = re.search(rf"{percentile}\s+([\d.]+)(us|ms|s)", output).groups()
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=5, help="length of one wrk run")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per scenario")
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=4)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     if shutil.which("wrk") is None:
-        sys.exit("wrk is needed: apt-get install wrk")
+        print("wrk is needed: apt-get install wrk", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        if args.scale:
+            status, markdown = scale.run(args)
+        else:
+            status, markdown = compare(args)
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as error:
+        print(f"bench: cannot run: {error}", file=sys.stderr)
+        return 2
+    print(markdown)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(markdown + "\n")
+        print(f"\nwritten to {args.output}")
+    print(f"bench: {time.monotonic() - started:.0f} s wall time, exit status {status}")
+    return status
 
-    with tempfile.TemporaryDirectory() as instance:
-        env = {
-            "PATH": os.environ["PATH"],
-            "SIGNING_SECRET": secrets.token_urlsafe(48),
-            "INSTANCE_PATH": instance,
-            "LOG_LEVEL": "WARNING",
-            "ACCESS_TOKEN_LIFETIME": "3600",
-        }
-        service, service_url = start_gunicorn("wsgi:app", env, args.workers, ROOT)
-        floor, floor_url = start_gunicorn("floor_app:app", env, args.workers, ROOT / "bench")
+
+def compare(args: argparse.Namespace) -> tuple[int, str]:
+    """Run every scenario against every app; return the exit status and the Markdown."""
+    scenario_list = scenarios.scenarios(args.distinct_tokens)
+    with tempfile.TemporaryDirectory(prefix="bench-") as temporary:
+        folder = Path(temporary)
+        instance = folder / "instance"
+        service_env = servers.service_environment(instance)
+        started: list[Server] = []
         try:
-            tokens = post_json(f"{service_url}/login", {"username": "alice"})
-            token_file = Path(instance) / "tokens.txt"
-            token_file.write_text(
-                "\n".join(
-                    post_json(f"{service_url}/login", {"username": f"u{n}"})["accessToken"]
-                    for n in range(MANY_TOKENS)
-                )
-            )
-            scenarios = {
-                "floor: bare Flask GET": (f"{floor_url}/floor", "get", {}),
-                "GET /user-accessible": (
-                    f"{service_url}/user-accessible", "get_bearer",
-                    {"BENCH_TOKEN": tokens["accessToken"]},
-                ),
-                f"GET /user-accessible, {MANY_TOKENS} tokens": (
-                    f"{service_url}/user-accessible", "get_many_bearers",
-                    {"BENCH_TOKEN_FILE": str(token_file)},
-                ),
-                "POST /token (refresh)": (
-                    f"{service_url}/token", "post_json",
-                    {"BENCH_BODY": json.dumps(
-                        {"username": "alice", "refreshToken": tokens["refreshToken"]}
-                    )},
-                ),
-                "POST /login (store write)": (
-                    f"{service_url}/login", "post_json",
-                    {"BENCH_BODY": json.dumps({"username": "bench", "password": "x"})},
-                ),
-            }  # fmt: skip
-            results: dict[str, list[dict]] = {name: [] for name in scenarios}
-            for _ in range(args.rounds):
-                for name, (url, script, extra) in scenarios.items():
-                    results[name].append(run_wrk(url, script, extra, args))
+            service = servers.service(service_env, folder / "service.log").start()
+            started.append(service)
+            settings = servers.service_gunicorn_settings(service_env)
+            workers = int(settings["workers"])
+            peers, peer_secret = start_peers(settings, folder, started)
+            service.wait_ready(workers)
+            service_secret = servers.service_secret(instance)
+            credentials = {SERVICE: credentials_of(service, service_secret, args, folder)}
+            answers = check_answers(service, scenario_list, credentials[SERVICE])
+            floor_env = {
+                **servers.base_environment(),
+                "FLOOR_ANSWERS": str(write_floor_answers(folder, scenario_list, answers)),
+            }
+            floor = servers.plain_app(
+                FLOOR, "floor_app:app", settings, floor_env, folder / "floor.log"
+            ).start()
+            started.append(floor)
+            for peer in peers:
+                peer.wait_ready(workers)
+                credentials[peer.name] = credentials_of(peer, peer_secret, args, folder)
+                check_answers(peer, scenario_list, credentials[peer.name])
+            floor.wait_ready(workers)
+            credentials[FLOOR] = credentials[SERVICE]  # the same requests, byte for byte
+            check_answers(floor, floor_scenarios(scenario_list), credentials[FLOOR])
+            apps = {server.name: server for server in [service, floor, *peers]}
+            runs = measure(apps, scenario_list, credentials, args, folder)
         finally:
-            for process in (service, floor):
-                process.send_signal(signal.SIGTERM)
-                process.wait(20)
+            servers.stop_all(started)
+            warnings = {server.name: server.log_warnings() for server in started}
+    summaries = {
+        key: report.summarize(app_runs, expected_status(scenario_list, key[1]))
+        for key, app_runs in runs.items()
+    }
+    status, markdown = render(args, settings, scenario_list, list(apps), summaries)
+    return status, "\n".join([markdown, *report.log_warnings_section(warnings)])
 
-    floor_rps = statistics.median(run["rps"] for run in results["floor: bare Flask GET"])
-    print(
-        f"\n{args.workers} sync workers, {args.connections} connections, "
-        f"{args.rounds} x {args.seconds}s per scenario, medians:\n"
-    )
-    print(f"{'scenario':36} {'req/s':>9} {'vs floor':>9} {'p50 ms':>8} {'p99 ms':>8}  failures")
-    for name, runs in results.items():
-        rps = statistics.median(run["rps"] for run in runs)
-        failures = sum(run["non_2xx"] for run in runs)
-        print(
-            f"{name:36} {rps:9.0f} {rps / floor_rps:9.2f} "
-            f"{statistics.median(run['p50'] for run in runs):8.2f} "
-            f"{statistics.median(run['p99'] for run in runs):8.2f}  "
-            f"{failures} non-2xx {' '.join(run['socket_errors'] for run in runs).strip()}"
+
+def floor_scenarios(scenario_list: list[Scenario]) -> list[Scenario]:
+    """Return the scenarios the floor answers: those it is the measure of."""
+    return [scenario for scenario in scenario_list if scenario.key == scenario.floor_key]
+
+
+def write_floor_answers(
+    folder: Path, scenario_list: list[Scenario], answers: dict[str, scenarios.Answer]
+) -> Path:
+    """Write the floor's constant answers, the service's own, by route; return the file."""
+    path = folder / "floor.json"
+    service_answers = {s.route: answers[s.key] for s in floor_scenarios(scenario_list)}
+    path.write_text(json.dumps(scenarios.floor_answers(service_answers)))
+    return path
+
+
+def expected_status(scenario_list: list[Scenario], key: str) -> int:
+    return next(s.expected_status for s in scenario_list if s.key == key)
+
+
+def start_peers(
+    settings: dict[str, str], folder: Path, started: list[Server]
+) -> tuple[list[Server], str]:
+    """Start both peers, each with its own SQLite file; return them and their secret."""
+    secret = secrets.token_urlsafe(48)
+    environments = {
+        name: {
+            **servers.base_environment(),
+            "FLASK_SECRET_KEY": secret,
+            "FLASK_DATABASE": str(folder / f"peer-{index}.sqlite3"),
+            "FLASK_ACCESS_TOKEN_LIFETIME": "86400",
+        }
+        for index, name in enumerate(PEERS)
+    }
+    with ThreadPoolExecutor() as pool:  # two `flask init-db` at once: a quicker start
+        list(pool.map(servers.init_peer_database, PEERS.values(), environments.values()))
+    peers = []
+    for index, (name, module) in enumerate(PEERS.items()):
+        peer = servers.plain_app(
+            name, f"{module}:app", settings, environments[name], folder / f"peer-{index}.log"
         )
-    return 0
+        started.append(peer.start())
+        peers.append(peer)
+    return peers, secret
+
+
+def credentials_of(server: Server, secret: str, args: argparse.Namespace, folder: Path):
+    return scenarios.credentials(server.url, secret, args.distinct_tokens, folder)
+
+
+def check_answers(
+    server: Server, scenario_list: list[Scenario], credentials: Credentials
+) -> dict[str, scenarios.Answer]:
+    """Send each scenario once; raise unless every answer has the expected status."""
+    answers = {}
+    for scenario in scenario_list:
+        headers, body = scenarios.request_parts(scenario, credentials)
+        answer = scenarios.send(server.url + scenario.path, scenario.method, headers, body)
+        if answer.status != scenario.expected_status:
+            raise RuntimeError(
+                f"{server.name}, scenario {scenario.key} ({scenario.title}): expected "
+                f"{scenario.expected_status}, got {answer.status} {answer.body[:200]!r}"
+            )
+        answers[scenario.key] = answer
+    return answers
+
+
+def measure(
+    apps: dict[str, Server],
+    scenario_list: list[Scenario],
+    credentials: dict[str, Credentials],
+    args: argparse.Namespace,
+    folder: Path,
+) -> dict[tuple[str, str], list[Run]]:
+    """Run the rounds: each scenario against each app in turn, the apps' order rotating."""
+    floor_keys = {scenario.key for scenario in floor_scenarios(scenario_list)}
+
+    def apps_of(scenario: Scenario) -> list[str]:
+        return [name for name in apps if name != FLOOR or scenario.key in floor_keys]
+
+    if args.warmup:
+        for scenario in scenario_list:
+            for name in apps_of(scenario):
+                one_run(apps[name], scenario, credentials[name], args, folder, args.warmup)
+    runs: dict[tuple[str, str], list[Run]] = {}
+    for round_number in range(args.rounds):
+        for scenario in scenario_list:
+            names = apps_of(scenario)
+            shift = round_number % len(names)
+            for name in names[shift:] + names[:shift]:
+                run = one_run(apps[name], scenario, credentials[name], args, folder, args.seconds)
+                runs.setdefault((name, scenario.key), []).append(run)
+                progress(round_number, scenario, name, run)
+    return runs
+
+
+def one_run(
+    server: Server,
+    scenario: Scenario,
+    credentials: Credentials,
+    args: argparse.Namespace,
+    folder: Path,
+    seconds: int,
+) -> Run:
+    """Run wrk once against ``server`` and return what it saw with the server's CPU time."""
+    script = scenarios.wrk_script(scenario, credentials)
+    before = server.cpu_seconds()
+    result = wrk.run(
+        server.url + scenario.path, script, folder / "scenario.lua",
+        seconds=seconds, connections=args.connections, threads=args.threads,
+    )  # fmt: skip
+    time.sleep(SETTLE_SECONDS)
+    return Run(result, server.cpu_seconds() - before)
+
+
+def progress(round_number: int, scenario: Scenario, name: str, run: Run) -> None:
+    cost = run.cpu_us_per_request
+    print(
+        f"round {round_number + 1} {scenario.key:2} {name:26} "
+        f"{'n/a' if cost is None else f'{cost:6.0f}'} µs/req {run.wrk.requests_per_second:7.0f} "
+        f"req/s statuses {run.wrk.statuses} socket errors {run.wrk.socket_error_count}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def settings_lines(args: argparse.Namespace, settings: dict[str, str]) -> list[str]:
+    worker_settings = ", ".join(
+        f"{name}={settings[name]}" for name in ("workers", "worker_class", "threads", "keepalive")
+    )
+    return [
+        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- code: {code_version()}",
+        f"- gunicorn worker settings of every app (from the service's gunicorn.conf.py): "
+        f"{worker_settings}; service logging: its own (loglevel={settings.get('loglevel')}, "
+        f"logger_class={settings.get('logger_class')}); floor and peers: gunicorn's standard "
+        "access log; every server's output goes to a file",
+        f"- wrk: {args.threads} thread(s), {args.connections} connections, {args.rounds} "
+        f"round(s) x {args.seconds} s per scenario and app, rounds interleaved, "
+        f"{args.warmup} s warm-up each; loopback",
+        "- CPU µs/req: utime+stime of the gunicorn master and workers (/proc) over the "
+        "requests wrk completed; medians over rounds; a* and e are compared with the floor's a",
+    ]
+
+
+def code_version() -> str:
+    def git(*arguments: str) -> str:
+        return subprocess.run(
+            ["git", *arguments], cwd=servers.ROOT, capture_output=True, text=True,
+            timeout=10, check=False,
+        ).stdout.strip()  # fmt: skip
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return commit + (" with uncommitted changes" if changed else "")
+
+
+def render(
+    args: argparse.Namespace,
+    settings: dict[str, str],
+    scenario_list: list[Scenario],
+    apps: list[str],
+    summaries: dict[tuple[str, str], Summary],
+) -> tuple[int, str]:
+    """Return the exit status and the Markdown report of a comparison."""
+    mode = "short" if args.short else "full"
+    parts = [
+        f"# Benchmark ({mode} mode)",
+        "",
+        *settings_lines(args, settings),
+        *report.machine_description(),
+        "",
+        "## CPU per request, throughput and latency",
+        "",
+        report.results_table(scenario_list, apps, summaries),
+    ]
+    if not args.short:
+        found = report.targets(scenario_list, summaries, [name for name in apps if name in PEERS])
+        parts += ["", "## Targets", "", report.targets_table(found)]
+    wrong = [f"{app} {key}" for (app, key), summary in summaries.items() if not summary.ok]
+    if wrong:
+        parts += ["", f"**Unexpected statuses or socket errors in: {', '.join(wrong)}**"]
+    return (1 if wrong else 0), "\n".join(parts)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Two small implementations of SPEC.md that the benchmark compares the service with."""

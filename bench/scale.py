@@ -1,0 +1,298 @@
+"""Scale mode: /token on a store of a million refresh tokens; workers' memory over many logins.
+
+(i) Two services run side by side, one on an empty store, one on a store prefilled with
+``--stored-tokens`` refresh tokens; ``POST /token`` rounds alternate between them, and
+the CPU per request on the full store must stay within 1.10x of the empty one's.
+(ii) On the empty-store service, after ``--warmup-logins`` logins, each worker's VmRSS
+is read, then again after ``--logins`` more: each must stay within ±10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+from bench import report, scenarios, servers, wrk
+from bench.report import Run
+from bench.servers import Server
+
+#: Highest CPU per /token request on the full store, as a multiple of the empty store's.
+FULL_STORE_LIMIT = 1.10
+#: Largest change of a worker's RSS over the logins, either way.
+RSS_LIMIT = 0.10
+#: Upper bound of one counted-logins run, in seconds.
+LOGIN_SECONDS_CAP = 1200
+
+
+def prefill(path: Path, count: int, batch: int = 50_000) -> float:
+    """Fill a new store file with ``count`` refresh tokens, as the store keeps them.
+
+    The store's own schema and digest function; rows go in by batches, sorted within
+    each, in one transaction. Return the seconds it took.
+    """
+    from app.store.base import token_digest
+    from app.store.sqlite import SCHEMA
+
+    started = time.monotonic()
+    salt = os.urandom(16).hex()
+    issued_at = int(time.time())
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.executescript(SCHEMA)
+        connection.execute("PRAGMA cache_size = -524288")  # 512 MiB: the tree stays in memory
+        connection.execute("BEGIN")
+        for start in range(0, count, batch):
+            rows = sorted(
+                (token_digest(f"{salt}-{number}"), f"user{number // 4}", issued_at)
+                for number in range(start, min(start + batch, count))
+            )
+            connection.executemany(
+                "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)", rows
+            )
+        connection.execute("COMMIT")
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+    os.chmod(path, 0o600)
+    return time.monotonic() - started
+
+
+def stored_tokens(path: Path) -> int:
+    """Return how many refresh tokens the store file holds (read-only)."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return connection.execute("SELECT count(*) FROM refresh_tokens").fetchone()[0]
+    finally:
+        connection.close()
+
+
+def run(args: argparse.Namespace) -> tuple[int, str]:
+    """Run both scale checks; return the exit status and the Markdown report."""
+    from app.config import SQLITE_FILE_NAME
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as temporary:
+        folder = Path(temporary)
+        instances = {"empty store": folder / "empty", "full store": folder / "full"}
+        for instance in instances.values():
+            instance.mkdir(mode=0o700)
+        print(f"filling a store with {args.stored_tokens:,} refresh tokens ...", flush=True)
+        fill_seconds = prefill(instances["full store"] / SQLITE_FILE_NAME, args.stored_tokens)
+        settings = servers.service_gunicorn_settings(
+            servers.service_environment(instances["empty store"])
+        )
+        workers = int(settings["workers"])
+        started: list[Server] = []
+        try:
+            for name, instance in instances.items():
+                server = servers.service(
+                    servers.service_environment(instance), folder / f"{name}.log"
+                )
+                server.name = f"service, {name}"
+                started.append(server.start())
+            for server in started:
+                server.wait_ready(workers)
+            empty, full = started
+            token_runs = refresh_rounds(started, args, folder)
+            full.stop()  # its workers leave the cores and the memory to the other
+            memory = memory_over_logins(
+                empty, instances["empty store"] / SQLITE_FILE_NAME, args, folder
+            )
+            total_stored = stored_tokens(instances["full store"] / SQLITE_FILE_NAME)
+        finally:
+            servers.stop_all(started)
+            warnings = {server.name: server.log_warnings() for server in started}
+    status, markdown = render(args, settings, fill_seconds, total_stored, token_runs, memory)
+    return status, "\n".join([markdown, *report.log_warnings_section(warnings)])
+
+
+def refresh_rounds(
+    services: list[Server], args: argparse.Namespace, folder: Path
+) -> dict[str, list[Run]]:
+    """Alternate ``POST /token`` runs between the services; return each one's runs."""
+    scripts = {}
+    for server in services:
+        tokens = scenarios.log_in(server.url)
+        body = json.dumps({"username": scenarios.HOLDER, "refreshToken": tokens["refreshToken"]})
+        headers = {"Content-Type": scenarios.JSON}
+        answer = scenarios.send(f"{server.url}/token", "POST", headers, body)
+        if answer.status != 200:
+            raise RuntimeError(f"{server.name}: POST /token answered {answer.status}")
+        scripts[server.name] = wrk.fixed_request_script("POST", headers, body)
+
+    def one(server: Server, seconds: int) -> Run:
+        before = server.cpu_seconds()
+        result = wrk.run(
+            f"{server.url}/token", scripts[server.name], folder / "token.lua",
+            seconds=seconds, connections=args.connections, threads=args.threads,
+        )  # fmt: skip
+        time.sleep(0.2)
+        return Run(result, server.cpu_seconds() - before)
+
+    for server in services:
+        if args.warmup:
+            one(server, args.warmup)
+    runs: dict[str, list[Run]] = {server.name: [] for server in services}
+    for round_number in range(args.rounds):
+        order = services if round_number % 2 == 0 else services[::-1]
+        for server in order:
+            run = one(server, args.seconds)
+            runs[server.name].append(run)
+            print(
+                f"round {round_number + 1} POST /token {server.name:20} "
+                f"{run.cpu_us_per_request or 0:6.0f} µs/req statuses {run.wrk.statuses}",
+                flush=True,
+            )
+    return runs
+
+
+def memory_over_logins(
+    server: Server, store_path: Path, args: argparse.Namespace, folder: Path
+) -> dict:
+    """Read each worker's RSS after the warm-up logins, and again after ``--logins`` more."""
+    workers = server.worker_pids()
+
+    def logins(count: int) -> wrk.WrkResult:
+        per_thread = -(-count // args.threads)
+        result = wrk.run_until(
+            f"{server.url}/login", wrk.counted_logins_script(per_thread), folder / "logins.lua",
+            StoreGrowth(store_path, count),
+            seconds=LOGIN_SECONDS_CAP, connections=args.connections, threads=args.threads,
+        )  # fmt: skip
+        print(
+            f"{result.requests:,} logins in {result.seconds:.0f} s, statuses {result.statuses}",
+            flush=True,
+        )
+        return result
+
+    warmup = logins(args.warmup_logins)
+    before = {pid: rss_of(pid) for pid in workers}
+    result = logins(args.logins)
+    after = {pid: rss_of(pid) for pid in workers}
+    return {
+        "before": before,
+        "after": after,
+        "warmup": warmup,
+        "result": result,
+        "replaced": sorted(set(workers) ^ set(server.worker_pids())),
+    }
+
+
+class StoreGrowth:
+    """Tell when a counted-logins run is over: the store grew by ``count``, or stopped growing.
+
+    wrk's threads stop sending after their share of responses, but wrk itself waits
+    out its duration; a login that failed (no row) would leave the count short forever.
+    """
+
+    def __init__(self, store_path: Path, count: int, stall_seconds: float = 5) -> None:
+        self.store_path = store_path
+        self.last = stored_tokens(store_path)
+        self.target = self.last + count
+        self.stall_seconds = stall_seconds
+        self.grew_at = time.monotonic()
+
+    def __call__(self) -> bool:
+        now = stored_tokens(self.store_path)
+        if now != self.last:
+            self.last, self.grew_at = now, time.monotonic()
+        return now >= self.target or time.monotonic() - self.grew_at > self.stall_seconds
+
+
+def rss_of(pid: int) -> int | None:
+    try:
+        return servers.procstat.rss_kib(pid)
+    except (OSError, ValueError):
+        return None  # the worker is gone
+
+
+def render(
+    args: argparse.Namespace,
+    settings: dict[str, str],
+    fill_seconds: float,
+    total_stored: int,
+    token_runs: dict[str, list[Run]],
+    memory: dict,
+) -> tuple[int, str]:
+    """Return the exit status and the Markdown report of the scale checks."""
+    summaries = {name: report.summarize(runs, 200) for name, runs in token_runs.items()}
+    empty, full = summaries.values()
+    cost_ratio = report.ratio(full.cpu_us, empty.cpu_us)
+    lines = [
+        "# Benchmark (scale mode)",
+        "",
+        f"- store: {args.stored_tokens:,} refresh tokens put in the service's SQLite file "
+        f"in {fill_seconds:.0f} s ({total_stored:,} at the end of the run); "
+        f"/token: {args.rounds} round(s) x {args.seconds} s per store, alternating",
+        f"- gunicorn (service's gunicorn.conf.py): workers={settings['workers']}, "
+        f"worker_class={settings['worker_class']}; wrk: {args.threads} thread(s), "
+        f"{args.connections} connections; loopback",
+        *report.machine_description(),
+        "",
+        "## POST /token on an empty and on a full store",
+        "",
+        "| store | CPU µs/req | req/s | p50 ms | p99 ms | statuses |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, summary in summaries.items():
+        lines.append(
+            f"| {name} | {summary.cpu_us or 0:.0f} | {summary.requests_per_second:.0f} "
+            f"| {summary.p50_ms:.2f} | {summary.p99_ms:.2f} "
+            f"| {', '.join(f'{s} ({n})' for s, n in sorted(summary.statuses.items()))} |"
+        )
+    result: wrk.WrkResult = memory["result"]
+    lines += [
+        "",
+        f"## Workers' RSS over {result.requests:,} logins (after {args.warmup_logins:,})",
+        "",
+        f"{result.requests:,} logins in {result.seconds:.0f} s "
+        f"({result.requests_per_second:.0f}/s), statuses "
+        f"{', '.join(f'{s} ({n})' for s, n in sorted(result.statuses.items()))}; "
+        f"workers replaced during them: {memory['replaced'] or 'none'}",
+        "",
+        "| worker PID | VmRSS before (KiB) | VmRSS after (KiB) | change |",
+        "|---|---:|---:|---:|",
+    ]
+    changes = []
+    for pid, before in memory["before"].items():
+        after = memory["after"].get(pid)
+        change = None if before is None or after is None else after / before - 1
+        changes.append(change)
+        shown = "gone" if change is None else f"{change:+.1%}"
+        lines.append(f"| {pid} | {before} | {after} | {shown} |")
+    memory_met = (
+        bool(changes)
+        and all(change is not None and abs(change) <= RSS_LIMIT for change in changes)
+        and result.requests >= args.logins
+        and not memory["replaced"]
+    )
+    problems = [f"POST /token ({name})" for name, summary in summaries.items() if not summary.ok]
+    for what, run in (("warm-up logins", memory["warmup"]), ("logins", result)):
+        wrong = {status: n for status, n in run.statuses.items() if status != 200}
+        if wrong or run.socket_error_count or sum(run.statuses.values()) < run.requests:
+            problems.append(f"{what}: statuses {run.statuses}, socket errors {run.socket_errors}")
+    lines += [
+        "",
+        "## Targets",
+        "",
+        "| target | measured | limit | verdict |",
+        "|---|---|---|---|",
+        f"| /token CPU/request, full store vs empty | "
+        f"{'n/a' if cost_ratio is None else f'{cost_ratio:.2f}x'} | <= {FULL_STORE_LIMIT:.2f}x "
+        f"| {verdict(cost_ratio is not None and round(cost_ratio, 2) <= FULL_STORE_LIMIT)} |",
+        f"| each worker's RSS over {args.logins:,} logins | "
+        f"{', '.join('gone' if c is None else f'{c:+.1%}' for c in changes)} "
+        f"| ±{RSS_LIMIT:.0%}, no worker replaced, every login done | {verdict(memory_met)} |",
+    ]
+    if problems:
+        lines += ["", f"**Unexpected statuses or socket errors: {'; '.join(problems)}**"]
+    return (1 if problems else 0), "\n".join(lines)
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "**missed**"

@@ -1,0 +1,216 @@
+"""The benchmark's own arithmetic: wrk's report, /proc and the targets, read and judged right."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+
+import jwt
+import pytest
+
+from bench import procstat, report, scale, scenarios, servers, wrk
+from bench.report import Run, Summary
+
+WRK_OUTPUT = """\
+Running 5s test @ http://127.0.0.1:41234/admin-accessible
+  1 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     9.34ms    3.85ms  17.42ms   81.09%
+    Req/Sec     1.09k   525.80     2.34k    80.00%
+  Latency Distribution
+     50%  812.00us
+     75%    6.15ms
+     90%   10.34ms
+     99%    1.20s
+  7690 requests in 5.01s, 553.70KB read
+  Socket errors: connect 0, read 3, write 0, timeout 2
+  Non-2xx or 3xx responses: 7688
+Requests/sec:   1534.52
+Transfer/sec:    110.51KB
+status 403 7680
+status 500 8
+"""
+
+
+def test_wrk_report_is_read_with_its_units_statuses_and_socket_errors():
+    result = wrk.parse(WRK_OUTPUT)
+    assert result.requests == 7690
+    assert result.seconds == pytest.approx(5.01)
+    assert result.requests_per_second == pytest.approx(1534.52)
+    assert result.p50_ms == pytest.approx(0.812)
+    assert result.p99_ms == pytest.approx(1200.0)
+    assert result.non_2xx == 7688
+    assert result.statuses == {403: 7680, 500: 8}
+    assert result.socket_errors == {"connect": 0, "read": 3, "write": 0, "timeout": 2}
+    assert result.socket_error_count == 5
+
+
+def test_wrk_report_without_errors_has_none():
+    clean = WRK_OUTPUT.replace("  Socket errors: connect 0, read 3, write 0, timeout 2\n", "")
+    clean = clean.replace("  Non-2xx or 3xx responses: 7688\n", "")
+    result = wrk.parse(clean)
+    assert (result.socket_error_count, result.non_2xx) == (0, 0)
+
+
+def test_wrk_is_pointed_at_loopback_only(tmp_path):
+    with pytest.raises(ValueError, match="loopback"):
+        wrk.command("http://10.0.0.1:8080/login", tmp_path / "x.lua", 1, 1, 1)
+    assert "http://127.0.0.1:8080/login" in wrk.command(
+        "http://127.0.0.1:8080/login", tmp_path / "x.lua", 1, 1, 1
+    )
+
+
+def test_lua_strings_escape_quotes_backslashes_and_control_bytes():
+    assert wrk.lua_string('a"b\\c\n') == '"a\\034b\\092c\\010"'
+
+
+def write_stat(proc, pid: int, command: str, ppid: int, times: tuple[int, int, int, int]) -> None:
+    folder = proc / str(pid)
+    (folder / "task" / str(pid)).mkdir(parents=True)
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(value) for value in times] + ["0"] * 30
+    (folder / "stat").write_text(f"{pid} ({command}) {' '.join(fields)}\n")
+
+
+def test_cpu_ticks_are_utime_stime_cutime_cstime_even_when_the_name_has_parentheses(tmp_path):
+    write_stat(tmp_path, 100, "gunicorn: master [wsgi:app] (x) y", 1, (10, 20, 300, 4000))
+    assert procstat.cpu_ticks(100, tmp_path) == 4330
+
+
+def test_tree_cpu_adds_the_children_of_the_master(tmp_path):
+    write_stat(tmp_path, 100, "gunicorn", 1, (1, 2, 0, 0))
+    write_stat(tmp_path, 101, "gunicorn", 100, (10, 0, 0, 0))
+    write_stat(tmp_path, 102, "gunicorn", 100, (0, 20, 0, 0))
+    write_stat(tmp_path, 103, "other", 1, (500, 500, 0, 0))
+    (tmp_path / "100" / "task" / "100" / "children").write_text("101 102 ")
+    assert procstat.children(100, tmp_path) == [101, 102]
+    assert procstat.tree_cpu_seconds(100, tmp_path) == pytest.approx(33 / procstat.TICKS_PER_SECOND)
+    (tmp_path / "100" / "task" / "100" / "children").unlink()  # no CONFIG_PROC_CHILDREN
+    assert procstat.children(100, tmp_path) == [101, 102]
+
+
+BURNER = """
+import subprocess, sys, time
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+if sys.argv[1] == "parent":
+    subprocess.run([sys.executable, "-c", sys.argv[2], "child", sys.argv[2]], check=True)
+    burn(0.2)
+    print("burnt", flush=True)
+    time.sleep(30)
+else:
+    burn(0.3)
+"""
+
+
+def test_tree_cpu_of_a_real_process_counts_its_own_time_and_its_reaped_childs():
+    with subprocess.Popen(
+        [sys.executable, "-c", BURNER, "parent", BURNER], stdout=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "burnt"
+            seconds = procstat.tree_cpu_seconds(process.pid)
+            # 0.3 s in the reaped child, 0.2 s in the parent, plus two interpreters' start-up
+            assert 0.5 - 2 / procstat.TICKS_PER_SECOND <= seconds < 2.5
+            assert procstat.rss_kib(process.pid) > 1000
+        finally:
+            process.kill()
+
+
+def run_of(requests: int, cpu_seconds: float, statuses: dict[int, int]) -> Run:
+    result = wrk.WrkResult(
+        requests=requests, seconds=1.0, requests_per_second=float(requests), p50_ms=1.0,
+        p99_ms=2.0, non_2xx=0, socket_errors={"connect": 0, "read": 0, "write": 0, "timeout": 0},
+        statuses=statuses,
+    )  # fmt: skip
+    return Run(result, cpu_seconds)
+
+
+def test_summary_takes_the_median_cost_and_counts_every_unexpected_answer():
+    runs = [
+        run_of(1000, 0.5, {403: 1000}),
+        run_of(1000, 0.9, {403: 999, 500: 1}),
+        run_of(1000, 0.6, {403: 998}),  # two requests with no status seen
+    ]
+    summary = report.summarize(runs, 403)
+    assert summary.cpu_us == pytest.approx(600)
+    assert summary.unexpected == 3
+    assert not summary.ok
+    assert report.summarize(runs[:1], 403).ok
+
+
+def summary(cpu_us: float) -> Summary:
+    return report.summarize([run_of(1000, cpu_us / 1000, {200: 1000})], 200)
+
+
+def test_targets_compare_with_the_floor_and_with_the_cheaper_peer():
+    scenario_list = scenarios.scenarios(3000)
+    peers = ["peer one", "peer two"]
+    costs = {
+        ("floor", "a"): 500, ("service", "a"): 500,  # 1.00x: met
+        ("service", "e"): 560,  # against the floor's a: 1.12x > 1.10x: missed
+        ("floor", "b"): 1000, ("service", "b"): 1250,  # 1.25x: met
+        ("floor", "c"): 1000, ("service", "c"): 1260,  # missed
+        ("peer one", "a"): 600, ("peer two", "a"): 499,  # service not below peer two
+        ("peer one", "b"): 1300, ("peer two", "b"): 1400,
+    }  # fmt: skip
+    summaries = {key: summary(cost) for key, cost in costs.items()}
+    verdicts = {
+        target.what: target.met for target in report.targets(scenario_list, summaries, peers)
+    }
+    assert verdicts["a: service CPU/request vs floor a"] is True
+    assert verdicts["e: service CPU/request vs floor a"] is False
+    assert verdicts["b: service CPU/request vs floor b"] is True
+    assert verdicts["c: service CPU/request vs floor c"] is False
+    assert verdicts["d: service CPU/request vs floor d"] is None  # not measured
+    assert verdicts["a: service CPU/request below both peers"] is False
+    assert verdicts["b: service CPU/request below both peers"] is True
+    assert verdicts["c: service CPU/request below both peers"] is None
+
+
+def test_minted_tokens_verify_with_the_apps_secret_and_forged_ones_do_not():
+    secret = "s" * 48
+    template = jwt.encode(
+        {"username": scenarios.HOLDER, "role": "user", "iat": 1, "exp": 2**40, "jti": "x"},
+        secret,
+        algorithm="HS256",
+    )
+    first, second = scenarios.mint(template, secret, 1), scenarios.mint(template, secret, 2)
+    claims = jwt.decode(first, secret, algorithms=["HS256"])
+    assert claims["username"] == "user1"
+    assert (claims["role"], claims["exp"]) == ("user", 2**40)
+    assert claims["jti"] != jwt.decode(second, secret, algorithms=["HS256"])["jti"]
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(scenarios.forge_signature(template), secret, algorithms=["HS256"])
+
+
+def test_print_config_is_read_as_settings_and_worker_options():
+    output = "workers                            = 5\nworker_class      = sync\nthreads = 1\n"
+    output += "keepalive                          = 5\nbind = ['0.0.0.0:8080']\nproc_name = \n"
+    settings = servers.parse_print_config(output)
+    assert settings["bind"] == "['0.0.0.0:8080']"
+    assert settings["proc_name"] == ""
+    arguments = servers.worker_arguments(settings)
+    assert arguments == [
+        "--workers", "5", "--worker-class", "sync", "--threads", "1", "--keep-alive", "5"
+    ]  # fmt: skip
+
+
+def test_counted_logins_end_when_the_store_grew_enough_or_stopped_growing(tmp_path):
+    path = tmp_path / "store.sqlite3"
+    scale.prefill(path, 10)
+    growth = scale.StoreGrowth(path, count=3, stall_seconds=0.2)
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO refresh_tokens VALUES ('a', 'alice', 1), ('b', 'bob', 1)")
+    assert growth() is False  # 12 of 13, still growing
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO refresh_tokens VALUES ('c', 'carol', 1)")
+    assert growth() is True
+    stalled = scale.StoreGrowth(path, count=100, stall_seconds=0.2)
+    assert stalled() is False
+    time.sleep(0.3)
+    assert stalled() is True  # a failed login leaves the count short: stop anyway
