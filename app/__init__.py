@@ -41,9 +41,10 @@ def configure(app: Flask, settings: Settings) -> None:
     )
     # /token//x is a token path like any other, not a redirect to a merged path
     app.url_map.merge_slashes = False
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # the default provider has it
     app.logger.setLevel(getattr(logging, settings.log_level))
     # inside ProxyFix: the request log shows the client address the app sees
+    # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app, text=settings.log_format == "text"
     )

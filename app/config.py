@@ -503,7 +503,7 @@ def load_or_create_key_file(instance_path: str, algorithm: str) -> str:
     As for the secret (``load_or_create_secret``): gunicorn's master creates it
     before forking, and processes that start together agree on one key.
     """
-    path = _generated_key_file(instance_path, algorithm)
+    path = os.path.join(instance_path, KEY_FILE_NAMES[algorithm])  # EdDSA and ES256 only
     try:
         if not os.path.exists(path):
             create_private_file(path, new_private_key_pem(algorithm))

@@ -13,6 +13,7 @@ from werkzeug.exceptions import (
     InternalServerError,
     ServiceUnavailable,
 )
+from werkzeug.wrappers import Response as WSGIResponse
 
 from app.config import MAX_BODY_BYTES
 from app.store import StoreUnavailableError
@@ -51,10 +52,10 @@ def forbidden_response() -> Response:
     return Response(FORBIDDEN_BODY, 403, [("Content-Type", "application/json")])
 
 
-def render_http_error(error: HTTPException) -> Response:
+def render_http_error(error: HTTPException) -> WSGIResponse:
     """Turn an HTTP error into the response the contract requires."""
     if error.code is None or error.code < 400:
-        return error.get_response()  # a redirect or similar, not an error
+        return error.get_response()  # a redirect or similar (werkzeug's), not an error
     if error.code == 401:
         response = Response(UNAUTHORIZED_BODY, 401, [("Content-Type", UNAUTHORIZED_TYPE)])
     elif error.code == 403:
@@ -72,7 +73,7 @@ def render_http_error(error: HTTPException) -> Response:
     return response
 
 
-def render_store_unavailable(error: StoreUnavailableError) -> Response:
+def render_store_unavailable(error: StoreUnavailableError) -> WSGIResponse:
     """Answer 503 when the refresh-token store cannot be reached: a retry may succeed."""
     current_app.logger.warning("refresh-token store unavailable: %s", error)
     return render_http_error(
@@ -80,7 +81,7 @@ def render_store_unavailable(error: StoreUnavailableError) -> Response:
     )
 
 
-def render_unexpected_error(error: Exception) -> Response:
+def render_unexpected_error(error: Exception) -> WSGIResponse:
     """Log a bug with its traceback and answer a bare 500: fail closed, show nothing."""
     current_app.logger.exception("unhandled error", exc_info=error)
     return render_http_error(InternalServerError())

@@ -265,11 +265,12 @@ def new_private_key_pem(algorithm: str) -> bytes:
         key = ec.generate_private_key(ec.SECP256R1())
     else:
         raise ValueError(f"no key file for {algorithm}: keys are files for EdDSA and ES256")
-    return key.private_bytes(
+    pem: bytes = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+    return pem
 
 
 def create_private_file(path: str, content: bytes) -> bool:
@@ -323,7 +324,9 @@ def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
     is_private = isinstance(key, _PRIVATE_KEY_TYPES)
     members: dict[str, str] = jwa.to_jwk(key.public_key() if is_private else key, as_dict=True)
     kid = thumbprint(members)
-    public_jwk = {name: members[name] for name in ("kty", "crv", "x", "y") if name in members}
+    public_jwk: dict[str, str] = {
+        name: members[name] for name in ("kty", "crv", "x", "y") if name in members
+    }
     public_jwk.update(kid=kid, alg=algorithm, use="sig")
     return SigningKey(
         kid=kid,

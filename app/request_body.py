@@ -115,7 +115,7 @@ def _body() -> bytes:
         if "wsgi.input_terminated" not in request.environ:
             return b""  # neither a length nor a framing server: nothing is safe to read
         # Chunked: read past the limit by one byte, so an oversized body is seen, not cut.
-        data = request.environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
+        data: bytes = request.environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
     except HTTPException:
         raise
     except Exception as error:  # the server's chunk parser (gunicorn: InvalidChunkSize ...)

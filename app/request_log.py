@@ -47,10 +47,10 @@ def note(**fields: str) -> None:
 
 def request_id(environ: dict[str, Any]) -> str:
     """Return the client's X-Request-ID when it is sane, else a new random one."""
-    given = environ.get("HTTP_X_REQUEST_ID")
+    given: str | None = environ.get("HTTP_X_REQUEST_ID")
     # strip() removes the allowed characters from both ends: a sane id leaves nothing
     if given and len(given) <= MAX_REQUEST_ID_LENGTH and not given.strip(REQUEST_ID_CHARACTERS):
-        return given  # type: ignore[no-any-return]
+        return given
     return os.urandom(16).hex()
 
 
@@ -67,7 +67,8 @@ class RequestLog:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
         environ[REQUEST_ID_KEY] = rid = request_id(environ)
-        environ[NOTES_KEY] = notes = {}
+        notes: dict[str, str] = {}
+        environ[NOTES_KEY] = notes
         answer: list[Any] = []
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
@@ -80,7 +81,8 @@ class RequestLog:
         except BaseException:
             self._write(environ, FAILED, [], notes, started)
             raise
-        self._write(environ, *(answer or (FAILED, [])), notes, started)
+        status, headers = answer if answer else (FAILED, [])
+        self._write(environ, status, headers, notes, started)
         return body
 
     def _write(

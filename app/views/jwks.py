@@ -31,4 +31,5 @@ def jwks() -> Response:
         JWKS_MAX_AGE, settings.access_token_lifetime + settings.cookie_token_lifetime
     )
     response.add_etag()
-    return response.make_conditional(request)
+    response.make_conditional(request)  # 304 when the client's ETag matches
+    return response
