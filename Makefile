@@ -47,9 +47,10 @@ test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included,
 test-fast: $(INSTALLED)  ## the suite without the tests that start real servers
 	$(BIN)/python -m pytest -m "not ($(SERVER_MARKERS))"
 
-lint: $(INSTALLED)  ## ruff: lint and format check
+lint: $(INSTALLED)  ## ruff (lint and format check) and mypy (strict on app/)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 typecheck: $(INSTALLED)  ## mypy: strict type check of app/
 	$(BIN)/mypy
