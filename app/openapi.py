@@ -474,6 +474,45 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                 },
             }
         },
+        "/.well-known/jwks.json": {
+            "get": {
+                "tags": ["operations"],
+                "operationId": "jwks",
+                "summary": "The public keys that verify access and cookie tokens (EdDSA, ES256)",
+                "description": (
+                    "Current and previous public keys, each with `kid`, `alg` and "
+                    "`use: sig`. With HS256 (the default) there is no public key: 404."
+                ),
+                "responses": {
+                    "200": answer(
+                        "The JSON Web Key Set.",
+                        {
+                            "type": "object",
+                            "required": ["keys"],
+                            "properties": {
+                                "keys": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["kty", "kid", "alg", "use"],
+                                        "properties": {
+                                            "kty": {"enum": ["OKP", "EC"]},
+                                            "kid": {"type": "string"},
+                                            "alg": {"enum": ["EdDSA", "ES256"]},
+                                            "use": {"const": "sig"},
+                                        },
+                                    },
+                                }
+                            },
+                        },
+                        Cache_Control={"schema": {"type": "string"}},
+                        ETag={"schema": {"type": "string"}},
+                    ),
+                    "304": answer("Not modified: the If-None-Match ETag is current."),
+                    **errors(404),
+                },
+            }
+        },
         "/openapi.json": {
             "get": {
                 "tags": ["operations"],

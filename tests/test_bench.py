@@ -205,10 +205,15 @@ def test_counted_logins_end_when_the_store_grew_enough_or_stopped_growing(tmp_pa
     scale.prefill(path, 10)
     growth = scale.StoreGrowth(path, count=3, stall_seconds=0.2)
     with sqlite3.connect(path) as connection:
-        connection.execute("INSERT INTO refresh_tokens VALUES ('a', 'alice', 1), ('b', 'bob', 1)")
+        connection.execute(
+            "INSERT INTO refresh_tokens (digest, username, issued_at)"
+            " VALUES ('a', 'alice', 1), ('b', 'bob', 1)"
+        )
     assert growth() is False  # 12 of 13, still growing
     with sqlite3.connect(path) as connection:
-        connection.execute("INSERT INTO refresh_tokens VALUES ('c', 'carol', 1)")
+        connection.execute(
+            "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES ('c', 'carol', 1)"
+        )
     assert growth() is True
     stalled = scale.StoreGrowth(path, count=100, stall_seconds=0.2)
     assert stalled() is False

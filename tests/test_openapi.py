@@ -20,6 +20,7 @@ from openapi_spec_validator import validate as validate_spec
 
 import app.openapi
 from app.config import MAX_BODY_BYTES
+from app.keys import load_key_ring
 from app.tokens import issue_cookie_token
 from tests.conftest import ROOT, bearer, fresh, login
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
@@ -380,7 +381,7 @@ def test_third_party_login_answers_match_the_document(make_app, provider):
 def test_cookie_user_answer_matches_the_document(client, document, app):
     settings = app.config["SETTINGS"]
     user = {"source": "corp", "id": "248289761001", "shownName": "Alice Smith"}
-    token = issue_cookie_token(user, settings.signing_secret, 60)
+    token = issue_cookie_token(user, settings.signing_keys, 60)
     client.set_cookie(settings.auth_cookie_name, token)
     response = client.get("/api/v1/me")
     assert response.get_json() == user
@@ -407,7 +408,7 @@ def test_schemathesis_finds_nothing_against_a_real_gunicorn(
     env = {
         **{key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}},
         "API_ACCESS_TOKEN": admin["accessToken"],
-        "API_COOKIE_TOKEN": issue_cookie_token(user, signing_secret, lifetime),
+        "API_COOKIE_TOKEN": issue_cookie_token(user, load_key_ring(signing_secret), lifetime),
     }
     operations = len(documented(fresh("GET", f"{server.url}/openapi.json").json()))
     command = [
@@ -427,3 +428,17 @@ def test_schemathesis_finds_nothing_against_a_real_gunicorn(
     assert result.returncode == 0, report
     # every operation but GET /openapi.json, which schemathesis reads rather than tests
     assert f"Tested: {operations - 1}" in result.stdout, report
+
+
+@pytest.mark.parametrize("algorithm", ["HS256", "EdDSA", "ES256"])
+def test_jwks_answers_match_the_document(make_app, document, algorithm):
+    client = make_app(SIGNING_ALGORITHM=algorithm).test_client()
+    response = client.get("/.well-known/jwks.json")
+    assert response.status_code == (404 if algorithm == "HS256" else 200)
+    assert_documented(document, "get", "/.well-known/jwks.json", response)
+    if response.status_code == 200:
+        again = client.get(
+            "/.well-known/jwks.json", headers={"If-None-Match": response.headers["ETag"]}
+        )
+        assert again.status_code == 304
+        assert_documented(document, "get", "/.well-known/jwks.json", again)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.conftest import bearer, login, make_token, unsigned_token, valid_claims
+from tests.conftest import ServiceKey, bearer, login, make_token, unsigned_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
 
@@ -339,19 +339,20 @@ def test_authentication_failure_wins_over_role_failure(client, signing_key):
 # --- the verified-token cache, through the app ---------------------------------------
 
 
-def test_a_token_cached_a_moment_before_exp_is_refused_at_exp(client, signing_secret, monkeypatch):
+def test_a_token_cached_a_moment_before_exp_is_refused_at_exp(client, signing_key, monkeypatch):
     now = int(time.time())
-    token = make_token(signing_secret, valid_claims(iat=now - 59, exp=now + 1))
+    token = make_token(signing_key, valid_claims(iat=now - 59, exp=now + 1))
     monkeypatch.setattr(time, "time", lambda: now + 0.999)
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200  # cached
     monkeypatch.setattr(time, "time", lambda: now + 1.0)
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
-def forgeries(secret: str, token: str) -> dict[str, str]:
+def forgeries(key: ServiceKey, token: str) -> dict[str, str]:
     """Return tokens made from a valid one: altered, re-signed or signed otherwise."""
     header, payload, signature = token.split(".")
-    admin_payload = make_token(secret, valid_claims(role="admin")).split(".")[1]
+    admin_payload = make_token(key, valid_claims(role="admin")).split(".")[1]
+    secret = key.secret
     flipped = signature[:10] + ("A" if signature[10] != "A" else "B") + signature[11:]
     return {
         "tampered payload": f"{header}.{admin_payload}.{signature}",
@@ -376,12 +377,12 @@ def forgeries(secret: str, token: str) -> dict[str, str]:
     ],
 )
 def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
-    client, signing_secret, cached_first, kind
+    client, signing_key, cached_first, kind
 ):
-    token = make_token(signing_secret, valid_claims())
+    token = make_token(signing_key, valid_claims())
     if cached_first:
         assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
-    forged = forgeries(signing_secret, token)[kind]
+    forged = forgeries(signing_key, token)[kind]
     assert_unauthenticated(client.get("/admin-accessible", headers=bearer(forged)))
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(forged)))
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200

@@ -70,11 +70,11 @@ def test_user_is_the_authenticated_one_and_null_without_one(client, capfd):
     assert (line["status"], line["user"], line["reason"]) == (401, None, "missing")
 
 
-def test_user_is_the_cookie_user_on_api_v1_me(client, capfd, signing_secret):
+def test_user_is_the_cookie_user_on_api_v1_me(client, capfd, signing_key):
     from app.tokens import issue_cookie_token
 
     cookie = issue_cookie_token(
-        {"source": "corp", "id": "u-42", "shownName": "A"}, signing_secret, 60
+        {"source": "corp", "id": "u-42", "shownName": "A"}, signing_key.ring, 60
     )
     client.set_cookie("jwt", cookie)
     assert client.get("/api/v1/me").status_code == 200
@@ -273,7 +273,9 @@ def test_revoke_path_is_redacted_however_spelled(client, capfd, spelling):
         assert refresh.status_code == 401  # the very token was revoked
 
 
-def test_no_credential_in_any_line_across_every_endpoint(client, capfd, signing_secret):
+def test_no_credential_in_any_line_across_every_endpoint(
+    client, capfd, signing_secret, signing_key
+):
     from app.tokens import issue_cookie_token
 
     secrets_seen = {PASSWORD, signing_secret}
@@ -295,7 +297,7 @@ def test_no_credential_in_any_line_across_every_endpoint(client, capfd, signing_
     client.get(f"/auth/corp/callback?code=auth-code-123456&state=state-654321&x={refresh}")
     client.get(f"/{access}")
     client.get(f"/nope/{refresh}")
-    cookie = issue_cookie_token({"source": "corp", "id": "u-1"}, signing_secret, 60)
+    cookie = issue_cookie_token({"source": "corp", "id": "u-1"}, signing_key.ring, 60)
     secrets_seen.add(cookie)
     client.set_cookie("jwt", cookie)
     client.get("/api/v1/me")
