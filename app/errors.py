@@ -15,6 +15,7 @@ from werkzeug.exceptions import (
 )
 
 from app.config import MAX_BODY_BYTES
+from app.request_log import note
 from app.store import StoreUnavailableError
 
 #: Messages for errors raised without a description of ours, where werkzeug's name for
@@ -75,6 +76,7 @@ def render_http_error(error: HTTPException) -> Response:
 def render_store_unavailable(error: StoreUnavailableError) -> Response:
     """Answer 503 when the refresh-token store cannot be reached: a retry may succeed."""
     current_app.logger.warning("refresh-token store unavailable: %s", error)
+    note(store_error="1")
     return render_http_error(
         ServiceUnavailable("token store is unavailable, try again shortly", retry_after=1)
     )

@@ -1,9 +1,11 @@
-"""Operator endpoints: liveness and readiness probes."""
+"""Operator endpoints: liveness and readiness probes, Prometheus metrics."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response
+from werkzeug.exceptions import NotFound
 
+from app.metrics import metrics_response
 from app.store import get_store
 from app.views import json_response
 
@@ -21,3 +23,12 @@ def readyz() -> Response:
     """Answer 200 when the refresh-token store answers, else 503."""
     get_store().ping()
     return json_response({"status": "ready"})
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    """Answer every count in Prometheus's text format; 404 when METRICS is off."""
+    response = metrics_response()
+    if response is None:
+        raise NotFound()
+    return response
