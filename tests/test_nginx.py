@@ -170,6 +170,14 @@ def test_nginx_access_log_redacts_the_refresh_token(proxy):
     assert token["refreshToken"] not in log
 
 
+def test_metrics_are_not_served_through_the_proxy(proxy):
+    response = requests.get(f"{proxy.url}/metrics", timeout=10)
+    assert (response.status_code, response.json()) == (404, {"message": "not found"})
+    direct = requests.get(f"{proxy.backend.url}/metrics", timeout=10)  # what Prometheus scrapes
+    assert direct.status_code == 200
+    assert "token_service_tokens_total" in direct.text
+
+
 def test_oversized_body_is_the_services_json_413(proxy):
     response = requests.post(
         f"{proxy.url}/login",
