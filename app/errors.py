@@ -49,7 +49,7 @@ def unauthenticated_response() -> Response:
 
 def forbidden_response() -> Response:
     """Return the 403 ``{"message":"No access"}`` as ``render_http_error`` renders it."""
-    return Response(FORBIDDEN_BODY, 403, [("Content-Type", "application/json")])
+    return Response(FORBIDDEN_BODY, 403, content_type="application/json")
 
 
 def render_http_error(error: HTTPException) -> Response:
@@ -57,7 +57,7 @@ def render_http_error(error: HTTPException) -> Response:
     if error.code is None or error.code < 400:
         return error.get_response()  # a redirect or similar, not an error
     if error.code == 401:
-        response = Response(UNAUTHORIZED_BODY, 401, [("Content-Type", UNAUTHORIZED_TYPE)])
+        response = Response(UNAUTHORIZED_BODY, 401, content_type=UNAUTHORIZED_TYPE)
     elif error.code == 403:
         response = forbidden_response()
     else:

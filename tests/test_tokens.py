@@ -129,3 +129,45 @@ def test_issued_tokens_verify_with_plain_pyjwt():
     token = issue_access_token("Zoë", "admin", SECRET, 60)
     assert jwt.decode(token, SECRET, algorithms=["HS256"])["username"] == "Zoë"
     assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT"}
+
+
+def test_a_token_refused_for_its_signature_is_refused_again_without_pyjwt(monkeypatch):
+    import app.tokens
+
+    token = make_token("t" * 40, valid_claims())
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token, SECRET)
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("PyJWT was asked again")
+
+    monkeypatch.setattr(app.tokens._JWT, "decode", no_decode)
+    with pytest.raises(InvalidTokenError) as refused:
+        verify_access_token(token, SECRET)
+    assert refused.value.reason == "bad_signature"
+    monkeypatch.undo()
+    assert verify_access_token(token, "t" * 40)["username"] == "alice"  # refused for that key only
+
+
+def test_a_token_refused_for_a_moment_is_not_remembered(monkeypatch):
+    now = int(time.time())
+    token = make_token(SECRET, valid_claims(iat=now + 100, exp=now + 160))
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token, SECRET)  # issued in the future, beyond the clock skew
+    monkeypatch.setattr(time, "time", lambda: now + 100.0)
+    assert verify_access_token(token, SECRET)["iat"] == now + 100
+
+
+def test_remembered_refusals_are_bounded():
+    from app.tokens import _RefusedTokens
+
+    refused = _RefusedTokens(3)
+    for n in range(5):
+        refused.add(f"t{n}", SECRET, "bad_signature")
+    assert [refused.reason(f"t{n}", SECRET) for n in range(5)] == [
+        None,
+        None,
+        "bad_signature",
+        "bad_signature",
+        "bad_signature",
+    ]
