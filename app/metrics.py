@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import logging
 import os
 import shutil
 import threading
@@ -187,7 +188,10 @@ class Metrics:
     def _flush_forever(self) -> None:
         while True:
             time.sleep(FLUSH_SECONDS)
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # a full disk, say: that second's counts are lost, not the next
+                logging.getLogger(__name__).exception("metrics: flush failed")
 
     def exposition(self) -> bytes:
         """Return every count in Prometheus's text format, all workers' added up."""
