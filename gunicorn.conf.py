@@ -6,10 +6,13 @@ instance folder and the generated signing secret before the workers fork.
 """
 
 import multiprocessing
+import os
+import shutil
 import sys
 
 from app.config import ConfigError, Settings
 from app.logging_config import logging_config
+from app.metrics import fresh_multiprocess_folder
 
 try:
     settings = Settings.load()
@@ -44,3 +47,25 @@ logconfig_dict = logging_config(settings.log_format, settings.log_level)
 forwarded_allow_ips = ""
 # gunicorn's control socket is one fixed path per user; several instances would clash.
 control_socket_disable = True
+
+
+# Metrics (METRICS, default on): every worker counts into files in one folder, which
+# prometheus_client finds through PROMETHEUS_MULTIPROC_DIR. The master makes it fresh at
+# each start, before any worker forks (and before anything imports prometheus_client).
+def on_starting(server):
+    if settings.metrics:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = fresh_multiprocess_folder(settings.instance_path)
+
+
+def child_exit(server, worker):
+    # a dead worker's counts stay (they are part of the totals); its live gauges go
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)

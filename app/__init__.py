@@ -12,6 +12,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
+from app.metrics import init_metrics
 from app.request_log import RequestLog
 from app.store import init_store
 from app.third_party_login import init_app as init_third_party_login
@@ -28,11 +29,12 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)
+    wrap_request_path(app, settings)
     return app
 
 
 def configure(app: Flask, settings: Settings) -> None:
-    """Apply the settings to Flask, logging, the request log and the proxy headers."""
+    """Apply the settings to Flask and its logger."""
     app.config.update(
         SETTINGS=settings,
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
@@ -43,10 +45,17 @@ def configure(app: Flask, settings: Settings) -> None:
     app.url_map.merge_slashes = False
     app.json.sort_keys = False  # type: ignore[attr-defined]  # the default provider has it
     app.logger.setLevel(getattr(logging, settings.log_level))
+
+
+def wrap_request_path(app: Flask, settings: Settings) -> None:
+    """Wrap the app in the request log (which feeds the metrics), then in ProxyFix."""
+    metrics = init_metrics(app, settings.metrics)
     # inside ProxyFix: the request log shows the client address the app sees
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
-        app.wsgi_app, text=settings.log_format == "text"
+        app.wsgi_app,
+        text=settings.log_format == "text",
+        observe=metrics.observe if metrics is not None else None,
     )
     if settings.trusted_proxy_hops:
         hops = settings.trusted_proxy_hops

@@ -286,6 +286,7 @@ class Settings:
     trusted_proxy_hops: int = _setting("TRUSTED_PROXY_HOPS", _int_between(0, 10), 0)
     log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
     log_format: str = _setting("LOG_FORMAT", _one_of("json", "text"), "json")
+    metrics: bool = _setting("METRICS", _boolean, True)
     web_concurrency: int | None = _setting("WEB_CONCURRENCY", _int_between(1, 64))
     #: normal: revokes on disk before 204, logins survive any process crash; strict: all on disk.
     store_durability: str = _setting(

@@ -16,6 +16,7 @@ from werkzeug.exceptions import (
 from werkzeug.wrappers import Response as WSGIResponse
 
 from app.config import MAX_BODY_BYTES
+from app.request_log import note
 from app.store import StoreUnavailableError
 
 #: Messages for errors raised without a description of ours, where werkzeug's name for
@@ -49,7 +50,7 @@ def unauthenticated_response() -> Response:
 
 def forbidden_response() -> Response:
     """Return the 403 ``{"message":"No access"}`` as ``render_http_error`` renders it."""
-    return Response(FORBIDDEN_BODY, 403, [("Content-Type", "application/json")])
+    return Response(FORBIDDEN_BODY, 403, content_type="application/json")
 
 
 def render_http_error(error: HTTPException) -> WSGIResponse:
@@ -57,7 +58,7 @@ def render_http_error(error: HTTPException) -> WSGIResponse:
     if error.code is None or error.code < 400:
         return error.get_response()  # a redirect or similar (werkzeug's), not an error
     if error.code == 401:
-        response = Response(UNAUTHORIZED_BODY, 401, [("Content-Type", UNAUTHORIZED_TYPE)])
+        response = Response(UNAUTHORIZED_BODY, 401, content_type=UNAUTHORIZED_TYPE)
     elif error.code == 403:
         response = forbidden_response()
     else:
@@ -76,6 +77,7 @@ def render_http_error(error: HTTPException) -> WSGIResponse:
 def render_store_unavailable(error: StoreUnavailableError) -> WSGIResponse:
     """Answer 503 when the refresh-token store cannot be reached: a retry may succeed."""
     current_app.logger.warning("refresh-token store unavailable: %s", error)
+    note(store_error="1")
     return render_http_error(
         ServiceUnavailable("token store is unavailable, try again shortly", retry_after=1)
     )

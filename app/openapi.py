@@ -471,6 +471,7 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                         "description": "The current metrics.",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
+                    **errors(404),  # METRICS=off
                 },
             }
         },

@@ -8,6 +8,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl
 
+import orjson
 from flask import request
 from werkzeug.exceptions import (
     BadRequest,
@@ -25,6 +26,8 @@ MAX_FORM_FIELDS = 32
 MAX_SAFE_INTEGER = 2**53 - 1
 #: A number as a form field may spell it: optional minus, digits, optional fraction.
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+#: The end of a JSON object's key: its closing quote, optional whitespace, the colon.
+KEY_END = re.compile(rb'"[ \t\n\r]*:')
 #: Characters of a duplicate JSON key quoted back in the error message.
 MAX_SHOWN_KEY = 64
 
@@ -133,6 +136,9 @@ def _check_unicode(name: str, value: str) -> None:
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
+    body = _plain_json_object(data)
+    if body is not None:
+        return body
     try:
         body = json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
     except DuplicateKeyError as error:
@@ -142,6 +148,38 @@ def _json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     return body
+
+
+def _plain_json_object(data: bytes) -> dict[str, Any] | None:
+    """Return what the standard parser below would, through orjson, or None if unsure.
+
+    orjson is five times faster, and stricter (no NaN, UTF-8 only, no lone
+    surrogate), so whatever it refuses goes to the standard parser, which says what
+    is wrong. Two things it accepts differently are checked here: it keeps the last
+    of duplicate keys silently, and it reads integers beyond 64 bits as floats.
+    """
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if type(body) is not dict:
+        return None
+    # Each key of a JSON text ends in one quote and a colon; other text may add such
+    # pairs (an escaped quote in a string) but none goes missing: as many pairs as keys
+    # parsed means no key came twice.
+    if len(KEY_END.findall(data)) != _count_keys(body):
+        return None
+    if any(type(value) is float for value in body.values()):
+        return None  # maybe an integer orjson rounded: the standard parser keeps it exact
+    return body
+
+
+def _count_keys(value: Any) -> int:
+    if type(value) is dict:
+        return len(value) + sum(_count_keys(item) for item in value.values())
+    if type(value) is list:
+        return sum(_count_keys(item) for item in value)
+    return 0
 
 
 class DuplicateKeyError(ValueError):

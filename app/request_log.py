@@ -36,10 +36,16 @@ FAILED = "500 INTERNAL SERVER ERROR"
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+Observer = Callable[[dict[str, Any], int, float, dict[str, str]], None]
 
 
 def note(**fields: str) -> None:
-    """Add fields to the current request's log line: ``user``, ``reason``, ``revoked``."""
+    """Tell the request log (and the metrics) about the current request.
+
+    Shown in the line: ``user``, ``reason`` (why it was refused), ``revoked`` (a
+    digest prefix). Counted only: ``event`` (issued, refreshed, revoked),
+    ``store_error``.
+    """
     notes = request.environ.get(NOTES_KEY)
     if notes is not None:  # None: a request that did not come through the request log
         notes.update(fields)
@@ -57,9 +63,18 @@ def request_id(environ: dict[str, Any]) -> str:
 class RequestLog:
     """WSGI middleware writing the request log; ``text`` picks the human-readable format."""
 
-    def __init__(self, app: WSGIApp, *, text: bool = False, fd: int = 1) -> None:
+    def __init__(
+        self,
+        app: WSGIApp,
+        *,
+        text: bool = False,
+        fd: int = 1,
+        observe: Observer | None = None,
+    ) -> None:
         self.app = app
         self.fd = fd
+        #: Called with (environ, status, seconds, notes) after each line: the metrics
+        self.observe = observe
         self.render = self._text_line if text else self._json_line
         #: (second, its text): one attribute, so threads never see a second with another's text
         self._stamp = (-1, "")
@@ -101,11 +116,14 @@ class RequestLog:
                 if name == "Content-Length":
                     length = int(value)
                     break
-        line = self.render(environ, now, int(status[:3]), duration, length, notes)
+        code = int(status[:3])
+        line = self.render(environ, now, code, duration, length, notes)
         try:  # noqa: SIM105 (contextlib.suppress costs a request's worth of this module)
             os.write(self.fd, line)
         except OSError:  # a closed or full standard output must not fail the request
             pass
+        if self.observe is not None:
+            self.observe(environ, code, duration, notes)
 
     def _time(self, now: float) -> str:
         second = int(now)

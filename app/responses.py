@@ -31,5 +31,5 @@ def json_response(payload: dict[str, Any]) -> Response:
             pass
         else:
             if body.isascii() and b"\x7f" not in body:
-                return Response(body, 200, [("Content-Type", "application/json")])
+                return Response(body, 200, content_type="application/json")
     return jsonify(payload)

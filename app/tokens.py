@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import secrets
 import string
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ MAX_TOKEN_LENGTH = 8192
 
 #: Verified access tokens remembered per process (at most 8 KiB each, so at most 8 MiB).
 VERIFIED_TOKEN_CACHE_SIZE = 1024
+#: Tokens refused for their signature or form, remembered per process (8 MiB at most).
+REFUSED_TOKEN_CACHE_SIZE = 1024
 #: Seconds a token's ``iat`` (or ``nbf``) may lie in the future: hosts' clocks differ a little.
 DEFAULT_CLOCK_SKEW = 30
 
@@ -48,10 +51,41 @@ MALFORMED, BAD_SIGNATURE, EXPIRED = "malformed", "bad_signature", "expired"
 class InvalidTokenError(Exception):
     """A token is missing, malformed, wrongly signed, expired or lacks a claim."""
 
-    def __init__(self, message: str, reason: str = MALFORMED) -> None:
+    def __init__(self, message: str, reason: str = MALFORMED, *, permanent: bool = False) -> None:
         super().__init__(message)
         #: ``malformed`` (anything not a valid token of ours), ``bad_signature`` or ``expired``
         self.reason = reason
+        #: True when the token text and the key alone decide it (a signature, the form):
+        #: no later moment can make this token valid.
+        self.permanent = permanent
+
+
+class _RefusedTokens:
+    """The last tokens refused for good (see ``InvalidTokenError.permanent``), by text and ring.
+
+    A client that keeps sending one bad token (signed with an old key, say) costs a
+    dictionary look-up per request instead of PyJWT's whole verification. Only a
+    refusal is remembered, never a token that verified, so it can only ever say no.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._reasons: dict[tuple[str, KeyRing], str] = {}
+        self._lock = threading.Lock()
+
+    def reason(self, token: str, keys: KeyRing) -> str | None:
+        return self._reasons.get((token, keys))
+
+    def add(self, token: str, keys: KeyRing, reason: str) -> None:
+        with self._lock:
+            if len(self._reasons) >= self.size:  # forget the oldest
+                del self._reasons[next(iter(self._reasons))]
+            self._reasons[(token, keys)] = reason
+
+
+# Module state, like the cache of verified tokens below, and for the same reason: it holds
+# only pure results (token text and key in, a refusal out).
+_REFUSED = _RefusedTokens(REFUSED_TOKEN_CACHE_SIZE)
 
 
 def role_for(username: str, admin_username: str) -> str:
@@ -73,7 +107,15 @@ def verify_access_token(
     token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW
 ) -> dict[str, Any]:
     """Return the claims of a valid access token, or raise InvalidTokenError."""
-    username, role, issued_at, expires_at = _verified_access_claims(token, keys, clock_skew)
+    refused = _REFUSED.reason(token, keys)
+    if refused is not None:
+        raise InvalidTokenError("token was refused before", refused, permanent=True)
+    try:
+        username, role, issued_at, expires_at = _verified_access_claims(token, keys, clock_skew)
+    except InvalidTokenError as error:
+        if error.permanent:
+            _REFUSED.add(token, keys, error.reason)
+        raise
     # A cached verification must not outlive the token: expiry is checked every time.
     if time.time() >= expires_at:
         raise InvalidTokenError("token has expired", EXPIRED)
@@ -152,7 +194,7 @@ def _decode(
         raise InvalidTokenError("token is too long")
     key = keys.key_for(token)
     if key is None:
-        raise InvalidTokenError("token names no key of this service")
+        raise InvalidTokenError("token names no key of this service", permanent=True)
     try:
         # The key's one algorithm is pinned: a token naming any other, "none" included,
         # fails. No leeway: a token is expired from the second its exp names. PyJWT's
@@ -172,7 +214,9 @@ def _decode(
     except jwt.ExpiredSignatureError as error:
         raise InvalidTokenError(str(error), EXPIRED) from None
     except jwt.InvalidSignatureError as error:
-        raise InvalidTokenError(str(error), BAD_SIGNATURE) from None
+        raise InvalidTokenError(str(error), BAD_SIGNATURE, permanent=True) from None
+    except (jwt.DecodeError, jwt.InvalidAlgorithmError) as error:  # the text, not the time
+        raise InvalidTokenError(str(error), permanent=True) from None
     except jwt.InvalidTokenError as error:
         raise InvalidTokenError(str(error)) from None
     _check_not_in_future(claims, clock_skew)

@@ -238,3 +238,22 @@ def test_json_as_a_form_on_a_protected_endpoint_gets_the_hint(client):
     )
     assert response.status_code == 400
     assert response.get_json()["message"].startswith("guestsCount is required (the body looks")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ('{"username" : "a",\n "username"\t:"b"}', 400, "duplicate key: username"),
+        ('{"username": "a\\": ", "username": "b"}', 400, "duplicate key: username"),
+        ('{"username": "alice", "x": [{"k": 1, "k": 2}]}', 400, "duplicate key: k"),
+        ('{"username": "alice", "note": "say \\"hi\\": twice"}', 200, None),
+        ('{"username": "alice", "x": {"username": 1}}', 200, None),
+        ('\ufeff{"username": "alice"}', 200, None),
+        ('{"username": "alice", "n": 1e400}', 200, None),
+    ],
+)
+def test_json_bodies_parse_alike_on_the_fast_and_the_careful_path(client, body, status, message):
+    response = client.post("/login", data=body.encode(), content_type="application/json")
+    assert response.status_code == status, response.data
+    if message is not None:
+        assert response.get_json() == {"message": message}

@@ -198,6 +198,12 @@ def test_nginx_access_log_redacts_the_refresh_token(proxy):
     assert token["refreshToken"] not in log
 
 
+def test_metrics_from_an_allowed_address_are_the_services_counts(proxy):
+    response = requests.get(f"{proxy.url}/metrics", timeout=10)  # from 127.0.0.1: allowed
+    assert response.status_code == 200
+    assert "token_service_tokens_total" in response.text
+
+
 def test_oversized_body_is_the_services_json_413(proxy):
     response = requests.post(
         f"{proxy.url}/login",

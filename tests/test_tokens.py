@@ -138,3 +138,47 @@ def test_issued_tokens_verify_with_plain_pyjwt(keys, signing_secret):
     token = issue_access_token("Zoë", "admin", keys, 60)
     assert jwt.decode(token, signing_secret, algorithms=["HS256"])["username"] == "Zoë"
     assert jwt.get_unverified_header(token)["alg"] == "HS256"
+
+
+@pytest.mark.signing_algorithms("HS256")
+def test_a_token_refused_for_its_signature_is_refused_again_without_pyjwt(keys, monkeypatch):
+    import jwt
+
+    other = load_key_ring("t" * 40)
+    token = make_token("t" * 40, valid_claims())
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token, keys)
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("PyJWT was asked again")
+
+    monkeypatch.setattr(jwt, "decode", no_decode)
+    with pytest.raises(InvalidTokenError) as refused:
+        verify_access_token(token, keys)
+    assert refused.value.reason == "bad_signature"
+    monkeypatch.undo()
+    assert verify_access_token(token, other)["username"] == "alice"  # refused for that ring only
+
+
+def test_a_token_refused_for_a_moment_is_not_remembered(keys, signing_key, monkeypatch):
+    now = int(time.time())
+    token = make_token(signing_key, valid_claims(iat=now + 100, exp=now + 160))
+    with pytest.raises(InvalidTokenError):
+        verify_access_token(token, keys)  # issued in the future, beyond the clock skew
+    monkeypatch.setattr(time, "time", lambda: now + 100.0)
+    assert verify_access_token(token, keys)["iat"] == now + 100
+
+
+def test_remembered_refusals_are_bounded(keys):
+    from app.tokens import _RefusedTokens
+
+    refused = _RefusedTokens(3)
+    for n in range(5):
+        refused.add(f"t{n}", keys, "bad_signature")
+    assert [refused.reason(f"t{n}", keys) for n in range(5)] == [
+        None,
+        None,
+        "bad_signature",
+        "bad_signature",
+        "bad_signature",
+    ]

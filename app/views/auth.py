@@ -46,7 +46,7 @@ def login() -> Response:
     optional_string(fields, "password")
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
-    note(user=username)  # the request log's line is the login's record
+    note(user=username, event="issued")  # the request log's line is the login's record
     return json_response(
         {"accessToken": _access_token(username, _role(username)), "refreshToken": refresh_token}
     )
@@ -69,7 +69,7 @@ def refresh() -> Response:
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         note(reason=UNKNOWN_REFRESH_TOKEN if owner is None else ANOTHER_USERS_TOKEN)
         raise Unauthorized()
-    note(user=username)
+    note(user=username, event="refreshed")
     return json_response({"accessToken": _access_token(username, _role(username))})
 
 
@@ -124,7 +124,7 @@ def forbid_caching(response: Response) -> Response:
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
     if get_store().revoke(refresh_token):
-        note(revoked=shown_digest(refresh_token))  # what operators see of a token
+        note(revoked=shown_digest(refresh_token), event="revoked")  # a digest prefix
     return bodiless(204)
 
 

@@ -1,9 +1,11 @@
-"""Operator endpoints: liveness and readiness probes, and the API document."""
+"""Operator endpoints: liveness and readiness probes, Prometheus metrics, the API document."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app
+from werkzeug.exceptions import NotFound
 
+from app.metrics import metrics_response
 from app.openapi import openapi_json
 from app.responses import json_response
 from app.store import get_store
@@ -22,6 +24,15 @@ def readyz() -> Response:
     """Answer 200 when the refresh-token store answers, else 503."""
     get_store().ping()
     return json_response({"status": "ready"})
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    """Answer every count in Prometheus's text format; 404 when METRICS is off."""
+    response = metrics_response()
+    if response is None:
+        raise NotFound()
+    return response
 
 
 @bp.get("/openapi.json")

@@ -1,0 +1,280 @@
+"""Prometheus metrics: counted on the request path, served at ``GET /metrics``.
+
+Under gunicorn every worker counts into files of its own in one folder, which
+gunicorn.conf.py creates fresh at each start and hands over in the
+``PROMETHEUS_MULTIPROC_DIR`` variable; a scrape, answered by any worker, adds up
+every worker's files, those of dead workers included, so no count is lost when a
+worker is replaced. Outside gunicorn (tests, ``flask`` commands) the counts live
+in the process.
+
+prometheus_client picks its mode once, when it is first imported, from that
+variable: so it is imported here only when an app is built (in a worker, after
+gunicorn's master has set the variable), never when the ``app`` package is.
+
+What is counted comes from the request log's notes (app/request_log.py): the
+route rule (never the raw path), the status, the duration, why a request was
+refused, which token event it was. Nothing else on the request path touches it.
+
+A request only adds to plain counts in the process (about 1 µs); they reach
+prometheus_client every FLUSH_SECONDS, from a thread of each worker, and before
+each scrape and at exit. Writing each request through to the shared files would
+cost about 3 µs per value, three values a request. A scrape may so miss up to
+FLUSH_SECONDS of another worker's requests, and a worker killed with -9 loses
+its last FLUSH_SECONDS of counts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import logging
+import os
+import shutil
+import threading
+import time
+from typing import Any
+
+from flask import Flask, Request, Response, current_app
+from werkzeug.routing import Rule
+
+EXTENSION_KEY = "metrics"
+#: The environ key under which the route rule of a request waits for the metrics.
+RULE_KEY = "token_service.rule"
+#: Folder of the per-process files, below the instance folder; one subfolder per master.
+MULTIPROCESS_FOLDER = "metrics"
+#: Seconds; the service answers most requests within a few milliseconds.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: Methods counted by name; any other is ``other``, so a client cannot mint label values.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+#: Requests no route matched (404, 405): one label value, whatever the path.
+UNMATCHED = "unmatched"
+#: Why an authentication failed, as requires_roles and the auth views note it.
+AUTH_FAILURE_REASONS = (
+    "missing",
+    "malformed",
+    "bad_signature",
+    "expired",
+    "wrong_role",
+    "unknown_refresh_token",
+    "another_users_token",
+)
+TOKEN_EVENTS = ("issued", "refreshed", "revoked")
+#: The status of a request refused by a rate limit (none is enforced yet).
+TOO_MANY_REQUESTS = 429
+#: Seconds between two flushes of a worker's counts into the shared files.
+FLUSH_SECONDS = 1.0
+#: Prometheus's classic text format, which every Prometheus version reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    """The service's metrics, and ``observe``, which the request log calls once a request."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram, values
+
+        self.multiprocess = values.ValueClass is not values.MutexValue
+        # In-process counts are kept per app (tests build many); files need no registry.
+        self.registry = None if self.multiprocess else CollectorRegistry()
+        registry = self.registry
+        self.requests = Counter(
+            "token_service_http_requests",
+            "Requests answered, by route rule, method and status.",
+            ("endpoint", "method", "status"),
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "token_service_http_request_duration_seconds",
+            "Time taken to answer a request, by route rule.",
+            ("endpoint",),
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "token_service_tokens",
+            "Token events: issued (login), refreshed (POST /token), revoked (a known token).",
+            ("event",),
+            registry=registry,
+        )
+        self.auth_failures = Counter(
+            "token_service_auth_failures",
+            "Requests refused as unauthenticated (401) or forbidden (403), by reason.",
+            ("reason",),
+            registry=registry,
+        )
+        self.store_errors = Counter(
+            "token_service_store_errors",
+            "Requests answered 503 because the refresh-token store did not answer.",
+            registry=registry,
+        )
+        self.rate_limited = Counter(
+            "token_service_rate_limited",
+            "Requests refused by a rate limit (answered 429).",
+            registry=registry,
+        )
+        # Label values known in advance are exported from the start, at 0.
+        for event in TOKEN_EVENTS:
+            self.tokens.labels(event)
+        for reason in AUTH_FAILURE_REASONS:
+            self.auth_failures.labels(reason)
+        self._lock = threading.Lock()
+        self._pending = _Pending()
+        self._children: dict[Any, Any] = {}
+        if self.multiprocess:  # an app is built in each worker, after the fork
+            threading.Thread(target=self._flush_forever, name="metrics", daemon=True).start()
+            atexit.register(self.flush)
+
+    def observe(
+        self, environ: dict[str, Any], status: int, seconds: float, notes: dict[str, str]
+    ) -> None:
+        """Count one answered request (called by the request log, after the app answered)."""
+        rule = environ.get(RULE_KEY)
+        endpoint = rule.rule if rule is not None else UNMATCHED
+        method = environ["REQUEST_METHOD"]
+        if method not in KNOWN_METHODS:
+            method = "other"
+        # a bucket's bound is inclusive: the first bound >= seconds
+        bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        with self._lock:
+            pending = self._pending
+            key = (endpoint, method, status)
+            pending.requests[key] = pending.requests.get(key, 0) + 1
+            latency = pending.latency.get(endpoint)
+            if latency is None:
+                latency = pending.latency[endpoint] = [0.0] + [0] * (len(LATENCY_BUCKETS) + 1)
+            latency[0] += seconds
+            latency[bucket + 1] += 1
+            if notes:
+                reason = notes.get("reason")
+                if reason is not None:
+                    pending.auth_failures[reason] = pending.auth_failures.get(reason, 0) + 1
+                event = notes.get("event")
+                if event is not None:
+                    pending.tokens[event] = pending.tokens.get(event, 0) + 1
+                if "store_error" in notes:
+                    pending.store_errors += 1
+            if status == TOO_MANY_REQUESTS:
+                pending.rate_limited += 1
+
+    def flush(self) -> None:
+        """Hand the counts gathered since the last flush to prometheus_client."""
+        with self._lock:
+            pending, self._pending = self._pending, _Pending()
+        for (endpoint, method, status), count in pending.requests.items():
+            self._child(self.requests, endpoint, method, str(status)).inc(count)
+        for endpoint, (total, *buckets) in pending.latency.items():
+            histogram = self._child(self.latency, endpoint)
+            # Histogram.observe() one value at a time would write each one through;
+            # these are the two values it updates, the sum and the value's bucket.
+            histogram._sum.inc(total)
+            for index, hits in enumerate(buckets):
+                if hits:
+                    histogram._buckets[index].inc(hits)
+        for reason, count in pending.auth_failures.items():
+            self._child(self.auth_failures, reason).inc(count)
+        for event, count in pending.tokens.items():
+            self._child(self.tokens, event).inc(count)
+        if pending.store_errors:
+            self.store_errors.inc(pending.store_errors)
+        if pending.rate_limited:
+            self.rate_limited.inc(pending.rate_limited)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        child = self._children.get((metric, labels))
+        if child is None:  # labels() takes a lock and builds a key: once per combination
+            child = self._children[(metric, labels)] = metric.labels(*labels)
+        return child
+
+    def _flush_forever(self) -> None:
+        while True:
+            time.sleep(FLUSH_SECONDS)
+            try:
+                self.flush()
+            except Exception:  # a full disk, say: that second's counts are lost, not the next
+                logging.getLogger(__name__).exception("metrics: flush failed")
+
+    def exposition(self) -> bytes:
+        """Return every count in Prometheus's text format, all workers' added up."""
+        from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+        self.flush()  # this worker's counts are current; the others' at most FLUSH_SECONDS old
+        if self.registry is not None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+
+
+class _Pending:
+    """Counts gathered since the last flush."""
+
+    __slots__ = ("auth_failures", "latency", "rate_limited", "requests", "store_errors", "tokens")
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, int], int] = {}
+        #: endpoint -> [sum of seconds, count per bucket..., count above the last bucket]
+        self.latency: dict[str, list[float]] = {}
+        self.auth_failures: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
+        self.store_errors = 0
+        self.rate_limited = 0
+
+
+def init_metrics(app: Flask, enabled: bool) -> Metrics | None:
+    """Attach the metrics to ``app`` (None when METRICS is off); note each request's rule."""
+    if not enabled:
+        app.extensions[EXTENSION_KEY] = None
+        return None
+    metrics = app.extensions[EXTENSION_KEY] = Metrics()
+    app.request_class = RuleInEnvironRequest
+    return metrics
+
+
+class RuleInEnvironRequest(Request):
+    """Flask's request, keeping the rule Flask matched in the environ, where the metrics
+    find it once the app has answered (a before_request hook would cost twice as much)."""
+
+    @property
+    def url_rule(self) -> Rule | None:
+        rule: Rule | None = self.environ.get(RULE_KEY)
+        return rule
+
+    @url_rule.setter
+    def url_rule(self, rule: Rule | None) -> None:
+        self.environ[RULE_KEY] = rule
+
+
+def metrics_response() -> Response | None:
+    """Return the ``/metrics`` answer, or None when metrics are off."""
+    metrics: Metrics | None = current_app.extensions.get(EXTENSION_KEY)
+    if metrics is None:
+        return None
+    return Response(metrics.exposition(), 200, [("Content-Type", CONTENT_TYPE)])
+
+
+def fresh_multiprocess_folder(instance_path: str) -> str:
+    """Create this gunicorn master's empty folder of per-worker metric files; return it.
+
+    One subfolder per master (named by its pid), so that servers sharing an
+    instance folder never count into each other's files. Folders left by masters
+    that are gone (killed with -9, say) are removed on the way.
+    """
+    root = os.path.join(instance_path, MULTIPROCESS_FOLDER)
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    for name in os.listdir(root):
+        if name.isdigit() and not _is_running(int(name)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    folder = os.path.join(root, str(os.getpid()))
+    shutil.rmtree(folder, ignore_errors=True)  # a master long gone that had this pid
+    os.mkdir(folder, 0o700)
+    return folder
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

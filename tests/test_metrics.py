@@ -1,0 +1,366 @@
+"""Prometheus metrics: every counter moves for its event, and a multi-worker gunicorn's
+scrape adds up every worker's counts."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.parser import text_string_to_metric_families
+from werkzeug.exceptions import TooManyRequests
+
+from app.metrics import CONTENT_TYPE, FLUSH_SECONDS
+from tests.conftest import ROOT, bearer, fresh, login, make_token, valid_claims, wait_until
+
+REVOKE_RULE = "/token/<any_text:refresh_token>"
+
+
+def parse(text: str) -> dict[tuple, float]:
+    """Return {(sample name, sorted labels): value} of a Prometheus text exposition."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def scrape(client) -> dict[tuple, float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == CONTENT_TYPE
+    return parse(response.get_data(as_text=True))
+
+
+def value(samples: dict[tuple, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def requests_of(samples, endpoint: str, method: str, status: int) -> float:
+    return value(
+        samples,
+        "token_service_http_requests_total",
+        endpoint=endpoint,
+        method=method,
+        status=str(status),
+    )
+
+
+def test_metrics_are_served_in_the_prometheus_text_format(client):
+    samples = scrape(client)
+    for event in ("issued", "refreshed", "revoked"):
+        assert ("token_service_tokens_total", (("event", event),)) in samples
+    for reason in ("missing", "malformed", "bad_signature", "expired", "wrong_role"):
+        assert ("token_service_auth_failures_total", (("reason", reason),)) in samples
+    assert ("token_service_store_errors_total", ()) in samples
+    assert ("token_service_rate_limited_total", ()) in samples
+
+
+def test_metrics_off_is_a_404(make_app):
+    client = make_app(METRICS="off").test_client()
+    response = client.get("/metrics")
+    assert response.status_code == 404
+    assert response.get_json() == {"message": "not found"}
+
+
+@pytest.mark.parametrize("value_", ["0", "false", "no", "off", "OFF"])
+def test_metrics_setting_accepts_the_usual_spellings_of_off(make_app, value_):
+    assert make_app(METRICS=value_).test_client().get("/metrics").status_code == 404
+
+
+def test_requests_are_counted_by_route_rule_method_and_status_never_the_raw_path(client):
+    tokens = login(client)
+    client.delete(f"/token/{tokens['refreshToken']}")
+    client.delete("/token/a/b")
+    client.get(f"/nope/{tokens['refreshToken']}")
+    client.put("/login")
+    client.open("/healthz", method="BREW")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert tokens["refreshToken"] not in text
+    assert "/nope" not in text
+    samples = parse(text)
+    assert requests_of(samples, "/login", "POST", 200) == 1
+    assert requests_of(samples, REVOKE_RULE, "DELETE", 204) == 2
+    assert requests_of(samples, "unmatched", "GET", 404) == 1
+    assert requests_of(samples, "unmatched", "PUT", 405) == 1
+    assert requests_of(samples, "unmatched", "other", 405) == 1
+
+
+def test_latency_histogram_counts_each_request_in_its_bucket(client):
+    for _ in range(3):
+        client.get("/healthz")
+    samples = scrape(client)
+    name = "token_service_http_request_duration_seconds"
+    assert value(samples, f"{name}_count", endpoint="/healthz") == 3
+    assert value(samples, f"{name}_bucket", endpoint="/healthz", le="+Inf") == 3
+    assert 0 < value(samples, f"{name}_sum", endpoint="/healthz") < 3
+    buckets = [
+        sample_value
+        for (sample, labels), sample_value in samples.items()
+        if sample == f"{name}_bucket" and dict(labels)["endpoint"] == "/healthz"
+    ]
+    assert buckets == sorted(buckets)  # cumulative
+
+
+def moved(before, after, name, **labels) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def test_token_events_are_counted(client):
+    before = scrape(client)
+    tokens = login(client)
+    body = {"username": "alice", "refreshToken": tokens["refreshToken"]}
+    client.post("/token", json=body)
+    client.post("/token", json=body)
+    client.delete(f"/token/{tokens['refreshToken']}")
+    client.delete(f"/token/{tokens['refreshToken']}")  # unknown now: nothing revoked
+    after = scrape(client)
+    assert moved(before, after, "token_service_tokens_total", event="issued") == 1
+    assert moved(before, after, "token_service_tokens_total", event="refreshed") == 2
+    assert moved(before, after, "token_service_tokens_total", event="revoked") == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "call"),
+    [
+        ("missing", lambda c, s, t: c.get("/user-accessible")),
+        ("malformed", lambda c, s, t: c.get("/user-accessible", headers={"Authorization": "x"})),
+        ("malformed", lambda c, s, t: c.get("/user-accessible", headers=bearer("a.b.c"))),
+        (
+            "bad_signature",
+            lambda c, s, t: c.get(
+                "/user-accessible", headers=bearer(make_token("k" * 40, valid_claims()))
+            ),
+        ),
+        (
+            "expired",
+            lambda c, s, t: c.get(
+                "/user-accessible",
+                headers=bearer(make_token(s, valid_claims(exp=int(time.time()) - 1))),
+            ),
+        ),
+        ("wrong_role", lambda c, s, t: c.get("/admin-accessible", headers=bearer(t))),
+        (
+            "unknown_refresh_token",
+            lambda c, s, t: c.post("/token", json={"username": "a", "refreshToken": "x"}),
+        ),
+    ],
+)
+def test_each_authentication_failure_is_counted_by_reason(client, signing_secret, reason, call):
+    token = login(client)["accessToken"]
+    before = scrape(client)
+    call(client, signing_secret, token)
+    after = scrape(client)
+    assert moved(before, after, "token_service_auth_failures_total", reason=reason) == 1
+    total = sum(
+        moved(before, after, "token_service_auth_failures_total", reason=other)
+        for other in {dict(labels).get("reason") for (_, labels) in after} - {None}
+    )
+    assert total == 1  # and no other reason moved
+
+
+def test_store_errors_are_counted(make_app, tmp_path):
+    client = make_app(TOKEN_STORE_URL=f"sqlite:///{tmp_path}/dir.sqlite3").test_client()
+    (tmp_path / "dir.sqlite3").mkdir()  # after start-up: the store cannot open it
+    assert client.post("/login", json={"username": "a"}).status_code == 503
+    assert client.get("/readyz").status_code == 503
+    assert value(scrape(client), "token_service_store_errors_total") == 2
+
+
+def test_requests_refused_by_a_rate_limit_are_counted(app):
+    @app.get("/limited")
+    def limited():
+        raise TooManyRequests()
+
+    client = app.test_client()
+    assert client.get("/limited").status_code == 429
+    samples = scrape(client)
+    assert value(samples, "token_service_rate_limited_total") == 1
+    assert requests_of(samples, "/limited", "GET", 429) == 1
+
+
+def test_importing_the_app_leaves_prometheus_client_unimported():
+    # prometheus_client picks its multiprocess mode when first imported: gunicorn's master
+    # imports the app package (for the settings) before it sets PROMETHEUS_MULTIPROC_DIR
+    code = "import sys, app.config, app.metrics; print('prometheus_client' in sys.modules)"
+    env = {"PATH": os.environ["PATH"], "INSTANCE_PATH": os.environ["INSTANCE_PATH"]}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.stdout.strip() == "False", result.stderr
+
+
+# --- a real multi-worker gunicorn -----------------------------------------------------
+
+
+def metric_files(server) -> Path:
+    folders = glob.glob(str(Path(server.env["INSTANCE_PATH"]) / "metrics" / "*"))
+    assert len(folders) == 1, folders
+    return Path(folders[0])
+
+
+def logins_per_worker(folder: Path) -> dict[int, float]:
+    """Return, from each worker's own file, how many logins it answered 200."""
+    counts = {}
+    for path in folder.glob("counter_*.db"):
+        pid = int(path.stem.split("_")[1])
+        for key, count, _, _ in MmapedDict.read_all_values_from_file(str(path)):
+            _, sample, labels = json.loads(key)[:3]
+            if sample == "token_service_http_requests_total" and labels == {
+                "endpoint": "/login",
+                "method": "POST",
+                "status": "200",
+            }:
+                counts[pid] = counts.get(pid, 0) + count
+    return counts
+
+
+def scrape_server(server) -> dict[tuple, float]:
+    response = fresh("GET", f"{server.url}/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == CONTENT_TYPE
+    return parse(response.text)
+
+
+@pytest.mark.gunicorn
+def test_a_multi_worker_scrape_adds_up_every_workers_counts(gunicorn_server):
+    server = gunicorn_server(workers=3)
+    logins = 60
+
+    def log_in_and_call(n: int) -> None:
+        tokens = fresh("POST", f"{server.url}/login", json={"username": f"u{n}"}).json()
+        assert fresh("GET", f"{server.url}/user-accessible").status_code == 401
+        response = fresh(
+            "GET", f"{server.url}/admin-accessible", headers=bearer(tokens["accessToken"])
+        )
+        assert response.status_code == 403
+        body = {"username": f"u{n}", "refreshToken": tokens["refreshToken"]}
+        assert fresh("POST", f"{server.url}/token", json=body).status_code == 200
+        assert fresh("DELETE", f"{server.url}/token/{tokens['refreshToken']}").status_code == 204
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(log_in_and_call, range(logins)))
+
+    def totals_add_up() -> bool:
+        samples = scrape_server(server)
+        return (
+            value(samples, "token_service_tokens_total", event="issued") == logins
+            and value(samples, "token_service_tokens_total", event="revoked") == logins
+        )
+
+    wait_until(totals_add_up, 5 * FLUSH_SECONDS + 10, "every worker's counts in the scrape")
+    samples = scrape_server(server)
+    assert value(samples, "token_service_tokens_total", event="refreshed") == logins
+    assert value(samples, "token_service_auth_failures_total", reason="missing") == logins
+    assert value(samples, "token_service_auth_failures_total", reason="wrong_role") == logins
+    assert requests_of(samples, "/login", "POST", 200) == logins
+    assert requests_of(samples, REVOKE_RULE, "DELETE", 204) == logins
+    name = "token_service_http_request_duration_seconds_count"
+    assert value(samples, name, endpoint="/login") == logins
+    per_worker = logins_per_worker(metric_files(server))
+    assert len([pid for pid, count in per_worker.items() if count]) >= 2, per_worker
+    assert sum(per_worker.values()) == logins  # the scrape is the sum of the workers' files
+    assert set(per_worker) <= set(server.worker_pids())
+
+
+@pytest.mark.gunicorn
+def test_a_dead_workers_counts_stay_in_the_totals(gunicorn_server):
+    server = gunicorn_server(workers=2)
+    for n in range(20):
+        assert fresh("POST", f"{server.url}/login", json={"username": f"u{n}"}).ok
+    folder = metric_files(server)
+    wait_until(lambda: sum(logins_per_worker(folder).values()) == 20, 10, "flushed counts")
+    victim = max(logins_per_worker(folder).items(), key=lambda item: item[1])[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(
+        lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(),
+        20,
+        "gunicorn replacing the killed worker",
+    )
+    samples = scrape_server(server)
+    assert value(samples, "token_service_tokens_total", event="issued") == 20
+
+
+@pytest.mark.gunicorn
+def test_a_restart_starts_from_clean_multiprocess_files(gunicorn_server):
+    server = gunicorn_server(workers=2)
+    for n in range(5):
+        fresh("POST", f"{server.url}/login", json={"username": f"u{n}"})
+    first_folder = metric_files(server)
+    wait_until(
+        lambda: value(scrape_server(server), "token_service_tokens_total", event="issued") == 5,
+        10,
+        "counts",
+    )
+    server.stop()
+    assert not first_folder.exists()  # removed by the master on exit
+    restarted = gunicorn_server(workers=2)
+    assert metric_files(restarted) != first_folder
+    samples = scrape_server(restarted)
+    assert value(samples, "token_service_tokens_total", event="issued") == 0
+    assert requests_of(samples, "/login", "POST", 200) == 0
+
+
+@pytest.mark.gunicorn
+def test_a_killed_masters_folder_is_removed_at_the_next_start(gunicorn_server):
+    server = gunicorn_server(workers=1)
+    folder = metric_files(server)
+    pids = server.worker_pids()
+    server.process.kill()  # SIGKILL: no on_exit hook runs
+    server.process.wait(10)
+    for pid in pids:
+        wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10, "orphaned worker exit")
+    assert folder.exists()
+    server.process = None
+    server.log.close()
+    server.stop()
+    restarted = gunicorn_server(workers=1)
+    assert not folder.exists()
+    assert metric_files(restarted).exists()
+
+
+@pytest.mark.gunicorn
+def test_metrics_off_under_gunicorn_is_a_404_and_no_files(gunicorn_server):
+    server = gunicorn_server({"METRICS": "off"}, workers=2)
+    assert fresh("GET", f"{server.url}/metrics").status_code == 404
+    assert not (Path(server.env["INSTANCE_PATH"]) / "metrics").exists()
+
+
+@pytest.mark.gunicorn
+def test_metrics_script_checks_a_live_server(gunicorn_server):
+    script = ROOT / "scripts" / "metrics.sh"
+
+    def metrics_sh(url: str) -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/bin:/bin", "BASE_URL": url}
+        return subprocess.run(
+            ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    server = gunicorn_server(workers=1)
+    result = metrics_sh(server.url)
+    assert result.returncode == 0, result.stderr
+    assert "token_service_http_requests_total" in result.stdout
+    off = gunicorn_server({"METRICS": "off"}, workers=1)
+    result = metrics_sh(off.url)
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0  # one line
+    assert "expected 200, got 404" in result.stderr
+    url = server.url
+    server.stop()
+    result = metrics_sh(url)
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0
+    assert "no answer from" in result.stderr
