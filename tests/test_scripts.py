@@ -87,7 +87,7 @@ def test_every_script_passes_in_a_realistic_session(gunicorn_server, tmp_path):
         return result.stdout
 
     assert ok("health.sh") == '{"status":"ok"}\n{"status":"ready"}\n'
-    assert "token_service_http_requests_total" in ok("metrics.sh")
+    assert "# TYPE token_service_tokens_total counter" in ok("metrics.sh")
 
     tokens = json.loads(ok("login.sh", LOGIN_USERNAME="alice", LOGIN_PASSWORD="secret"))
     alice = {"ACCESS_TOKEN": tokens["accessToken"]}
