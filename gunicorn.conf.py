@@ -7,6 +7,7 @@ instance folder and the generated signing secret before the workers fork.
 
 import multiprocessing
 import sys
+from typing import Any
 
 from app.config import ConfigError, Settings
 from app.logging_config import logging_config
@@ -44,3 +45,12 @@ logconfig_dict = logging_config(settings.log_format, settings.log_level)
 forwarded_allow_ips = ""
 # gunicorn's control socket is one fixed path per user; several instances would clash.
 control_socket_disable = True
+
+
+def when_ready(server: Any) -> None:
+    """Warn once per start, in the master, of a login that checks no password."""
+    if settings.users_file is None:
+        server.log.warning(
+            "USERS_FILE is not set: /login accepts any username with any password (SPEC.md's"
+            " open login); set USERS_FILE and add users with `flask users add NAME`"
+        )
