@@ -133,6 +133,8 @@ class RateLimiter:
                 self._unreported += 1
                 return
             self._reported_at, unreported, self._unreported = now, self._unreported, 0
+        if isinstance(error, StorageError):  # what the storage itself raised
+            error = error.storage_error
         logger.warning(
             "rate limits not applied, their storage failed: %s%s",
             f"{type(error).__name__}: {error}" if error else "still failing",
