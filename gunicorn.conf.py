@@ -6,6 +6,7 @@ instance folder and the generated signing secret before the workers fork.
 """
 
 import multiprocessing
+import os
 import sys
 from typing import Any
 
@@ -48,9 +49,15 @@ control_socket_disable = True
 
 
 def when_ready(server: Any) -> None:
-    """Warn once per start, in the master, of a login that checks no password."""
+    """Warn once per start, in the master, of a login that checks no password, or all."""
     if settings.users_file is None:
         server.log.warning(
             "USERS_FILE is not set: /login accepts any username with any password (SPEC.md's"
             " open login); set USERS_FILE and add users with `flask users add NAME`"
+        )
+    elif not os.path.exists(settings.users_file):
+        server.log.warning(
+            "USERS_FILE %s does not exist: every login is refused until `flask users add`"
+            " creates it",
+            settings.users_file,
         )

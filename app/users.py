@@ -224,7 +224,7 @@ class UserDirectory:
         try:
             status = os.stat(self.path)
         except FileNotFoundError:
-            if self._signature != (0, 0, 0):
+            if self._signature not in {None, (0, 0, 0)}:  # gone since: at start, gunicorn says
                 logger.warning(
                     "USERS_FILE %s does not exist: every login is refused until"
                     " `flask users add` creates it",
