@@ -173,7 +173,8 @@ def _rate_limits(name: str, value: str) -> tuple[RateLimitItem, ...]:
         raise ConfigError(f"{name} must be rate limits, {example}; got {value!r}") from None
     if any(item.amount < 1 for item in items):
         raise ConfigError(f"{name}: a limit must allow at least 1 request (or {name}=off)")
-    return tuple(sorted(items, key=lambda item: item.get_expiry()))  # shortest window first
+    unique = {(item.amount, item.get_expiry()): item for item in items}  # each counted once
+    return tuple(sorted(unique.values(), key=lambda item: item.get_expiry()))
 
 
 def _networks(name: str, value: str) -> tuple[IPNetwork, ...]:

@@ -61,6 +61,7 @@ def assert_too_many_requests(response, window: int) -> None:
         ("10/second", [(10, 1)]),
         ("3 per 2 minutes", [(3, 120)]),
         (" 1 per hour ", [(1, 3600)]),
+        ("5 per minute; 5 per 60 seconds", [(5, 60)]),  # one counter, not two
     ],
 )
 def test_rate_limit_auth_reads_flask_limiters_notation(tmp_path, value, limits):
@@ -277,7 +278,10 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
     assert len(failures) == 5
     assert client.application.extensions["rate_limiter"].storage_failures == 5
     (message,) = limiter_messages(caplog)
-    assert message.startswith("rate limits not applied, their storage failed: OperationalError")
+    assert message.startswith(
+        "rate limits not applied, their storage failed: SQLite "
+        f"{instance_path / SQLITE_FILE_NAME}: OperationalError: unable to open database file"
+    )
     # the storage is back: after one second without tries, the limits hold again
     monkeypatch.setattr(app.rate_limit, "RETRY_AFTER_FAILURE", 0.0)
     (instance_path / SQLITE_FILE_NAME).rmdir()

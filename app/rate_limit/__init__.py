@@ -4,14 +4,16 @@ Each endpoint counts on its own, per client address as the app sees it
 (``request.remote_addr``, after ProxyFix): IPv4 addresses one by one, IPv6 ones by
 their /64 (what one subscriber gets), and never the networks of RATE_LIMIT_EXEMPT.
 The counters live where every worker and every host sees them, so N allowed per
-window means at most N answered, whichever worker serves them: in Redis with the
-Redis store (limits' own storage, keys ``rl:...``, never the store's ``rt:...``),
-in a SQLite file beside the token store otherwise (``app.rate_limit.sqlite``).
-The windows are fixed ones (limits' fixed-window strategy), starting with a
-client's first request: one counter per limit, one round trip per request.
+window means at most N answered, whichever worker serves them: in the token store's
+Redis (``app.rate_limit.redis``), or in a SQLite file beside the token store
+(``app.rate_limit.sqlite``). The windows are fixed ones, each starting with a
+client's first request in it; a request counts on every limit at once, in one
+round trip (one statement, or one Lua script), whatever the number of limits.
 
-Flask-Limiter is not used: it adds a hook to every request of every endpoint, and
-its ``swallow_errors`` logs a line per failed request. Here the check costs only the
+``limits`` reads the notation and names the windows. Its strategies are not used:
+they make a round trip per limit, and one more for the time left. Flask-Limiter is
+not used either: it adds a hook to every request of every endpoint, and its
+``swallow_errors`` logs a line per failed request. Here the check costs only the
 two endpoints it guards, and when the counters' storage fails the limiter fails
 open, for the limit only: the request goes on unchecked, the failure is counted
 (``on_storage_failure``), and it is logged at most once a minute per process.
@@ -26,19 +28,15 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from flask import Flask, current_app
 from limits import RateLimitItem
-from limits.errors import StorageError
-from limits.storage import Storage
-from limits.strategies import FixedWindowRateLimiter
 
 from app.config import IPNetwork, Settings
 
 EXTENSION_KEY = "rate_limiter"
-#: Prefix of the counters' keys in Redis (``rl:LIMITER/login/203.0.113.7/20/1/second``).
-REDIS_KEY_PREFIX = "rl"
 #: The counters' SQLite file, in the token store's folder.
 SQLITE_FILE_NAME = "rate_limits.sqlite3"
 #: After a storage failure, requests pass unchecked this long before the next try, so a
@@ -52,6 +50,21 @@ KEYS_CACHED = 4096
 logger = logging.getLogger(__name__)
 
 
+class CountersUnavailableError(Exception):
+    """The counters' storage cannot answer; the message names the cause, never a password."""
+
+
+class Counters(Protocol):
+    """Where the windows are counted: ``app.rate_limit.sqlite`` or ``app.rate_limit.redis``."""
+
+    def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
+        """Count one hit on each (key, window in seconds); return each one's hits and the
+        seconds until its window ends. Raise CountersUnavailableError on any failure."""
+
+    def close(self) -> None:
+        """Release this process's connections."""
+
+
 def ignore_failure() -> None:
     """Count nothing: the default ``on_storage_failure``."""
 
@@ -60,12 +73,16 @@ class RateLimiter:
     """The limits of one app: ``check`` counts a request and says whether it may go on."""
 
     def __init__(
-        self, limits: tuple[RateLimitItem, ...], exempt: tuple[IPNetwork, ...], storage: Storage
+        self, limits: tuple[RateLimitItem, ...], exempt: tuple[IPNetwork, ...], storage: Counters
     ) -> None:
         self.limits = limits
+        #: Each limit's amount, window in seconds, and the end of its counters' keys.
+        self.windows = [
+            (item.amount, item.get_expiry(), f"/{item.amount}/{item.get_expiry()}")
+            for item in limits
+        ]
         self.exempt = exempt
         self.storage = storage
-        self.strategy = FixedWindowRateLimiter(storage)
         #: Called once for each request let through unchecked because the storage failed:
         #: point it at a metrics counter. ``storage_failures`` counts them too.
         self.on_storage_failure: Callable[[], None] = ignore_failure
@@ -86,23 +103,20 @@ class RateLimiter:
         if self._unchecked_until and time.monotonic() < self._unchecked_until:
             self._storage_failed(None)
             return None
-        item = None
+        counters = [(f"{endpoint}/{key}{suffix}", window) for _, window, suffix in self.windows]
         try:
-            for item in self.limits:
-                if not self.strategy.hit(item, endpoint, key):
-                    break
-            else:
-                if self._failing:
-                    self._recovered()
-                return None
-        except (StorageError, OSError) as error:
+            counted = self.storage.hit(counters)
+        except CountersUnavailableError as error:
             self._storage_failed(error)
             return None
-        try:  # refused: when does the window free?
-            reset = self.strategy.get_window_stats(item, endpoint, key).reset_time
-        except (StorageError, OSError):
-            reset = time.time() + item.get_expiry()
-        return max(1, math.ceil(reset - time.time()))
+        if self._failing:
+            self._recovered()
+        waits = [
+            left
+            for (amount, _, _), (hits, left) in zip(self.windows, counted, strict=True)
+            if hits > amount
+        ]
+        return max(1, math.ceil(max(waits))) if waits else None
 
     def _client_key(self, address: str | None) -> str | None:
         """Return whom an address counts as (None: not limited); cached per address."""
@@ -133,11 +147,9 @@ class RateLimiter:
                 self._unreported += 1
                 return
             self._reported_at, unreported, self._unreported = now, self._unreported, 0
-        if isinstance(error, StorageError):  # what the storage itself raised
-            error = error.storage_error
         logger.warning(
             "rate limits not applied, their storage failed: %s%s",
-            f"{type(error).__name__}: {error}" if error else "still failing",
+            error or "still failing",
             f" ({unreported} more requests unchecked since the last message)" if unreported else "",
         )
 
@@ -155,29 +167,18 @@ class RateLimiter:
         )
 
 
-def open_storage(settings: Settings) -> Storage:
+def open_storage(settings: Settings) -> Counters:
     """Return the counters' storage: the token store's Redis, or a SQLite file beside it."""
     url = settings.token_store_url
     if url.startswith("sqlite:///"):
-        from app.rate_limit.sqlite import SQLiteStorage
+        from app.rate_limit.sqlite import SQLiteCounters
 
         folder = os.path.dirname(url[len("sqlite:///") :])
-        return SQLiteStorage(os.path.join(folder, SQLITE_FILE_NAME), settings.store_timeout)
-    from limits.storage import RedisStorage
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
+        return SQLiteCounters(os.path.join(folder, SQLITE_FILE_NAME), settings.store_timeout)
+    from app.rate_limit.redis import RedisCounters
 
     connect_timeout = settings.store_connect_timeout or settings.store_timeout
-    # As the token store's client: one attempt, bounded by TOKEN_STORE_TIMEOUT.
-    return RedisStorage(
-        url,
-        key_prefix=REDIS_KEY_PREFIX,
-        wrap_exceptions=True,
-        socket_timeout=settings.store_timeout,
-        socket_connect_timeout=connect_timeout,
-        retry=Retry(NoBackoff(), 0),  # type: ignore[arg-type]
-        protocol=2,
-    )
+    return RedisCounters(url, settings.store_timeout, connect_timeout)
 
 
 def init_rate_limit(app: Flask, settings: Settings) -> None:
