@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import shutil
 import sys
+from typing import Any
 
 from app.config import ConfigError, Settings
 from app.logging_config import logging_config
@@ -69,3 +70,18 @@ def on_exit(server):
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def when_ready(server: Any) -> None:
+    """Warn once per start, in the master, of a login that checks no password, or all."""
+    if settings.users_file is None:
+        server.log.warning(
+            "USERS_FILE is not set: /login accepts any username with any password (SPEC.md's"
+            " open login); set USERS_FILE and add users with `flask users add NAME`"
+        )
+    elif not os.path.exists(settings.users_file):
+        server.log.warning(
+            "USERS_FILE %s does not exist: every login is refused until `flask users add`"
+            " creates it",
+            settings.users_file,
+        )

@@ -13,10 +13,15 @@ from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
 from app.metrics import init_metrics
+from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
 from app.store import init_store
 from app.third_party_login import init_app as init_third_party_login
+from app.users import init_user_directory
 from app.views import register_blueprints
+
+#: Headers every answer carries, errors, redirects and 204s included.
+SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"),)
 
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
@@ -25,6 +30,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__, instance_path=settings.instance_path)
     configure(app, settings)
     init_store(app, settings)
+    init_rate_limit(app, settings)
+    init_user_directory(app, settings)
     init_third_party_login(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
@@ -55,6 +62,7 @@ def wrap_request_path(app: Flask, settings: Settings) -> None:
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,
         text=settings.log_format == "text",
+        headers=SECURITY_HEADERS,
         observe=metrics.observe if metrics is not None else None,
     )
     if settings.trusted_proxy_hops:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app
+from limits import RateLimitItem, parse_many
 
 from app.keys import (
     ALGORITHMS,
@@ -44,6 +45,12 @@ SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
 KEY_FILE_NAMES = {"EdDSA": "signing_key_eddsa.pem", "ES256": "signing_key_es256.pem"}
 #: Name of the default SQLite file in the instance folder.
 SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
+#: Per client address, on /login and on /token each (README, "Rate limits"): a burst of a
+#: page's calls passes, a runaway client is stopped within a second, and 600 users behind
+#: one NAT can each refresh a 60-second access token every minute.
+DEFAULT_RATE_LIMIT_AUTH = "20 per second; 600 per minute"
+#: Addresses never limited: the host itself (a local proxy, probes, an operator's curl).
+DEFAULT_RATE_LIMIT_EXEMPT = "127.0.0.0/8, ::1"
 #: Where the instance folder is when INSTANCE_PATH is unset: ``instance/`` beside ``app/``.
 DEFAULT_INSTANCE_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "instance")
 #: Secrets that the project's own docs and examples have shown: public, so never usable.
@@ -55,6 +62,10 @@ LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 PROVIDER_SETTING = re.compile(r"OIDC_[A-Z0-9_]+_(ISSUER|CLIENT_ID|CLIENT_SECRET|SCOPES)")
+#: A rate limit's window of zero: ``5 per 0 seconds``, ``5/0 minute``.
+ZERO_WINDOW = re.compile(r"(/|\bper)\s*0+\s*[a-z]", re.IGNORECASE)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class ConfigError(ValueError):
@@ -145,6 +156,49 @@ def _signing_algorithm(name: str, value: str) -> str:
         if value.strip().lower() == algorithm.lower():
             return algorithm
     raise ConfigError(f"{name} must be {', '.join(ALGORITHMS)}, got {value!r}")
+
+
+def _rate_limits(name: str, value: str) -> tuple[RateLimitItem, ...]:
+    """Parse limits in Flask-Limiter's notation (``20 per second; 600 per minute``), or off."""
+    text = value.strip()
+    if text.lower() == "off":
+        return ()
+    example = "e.g. '20 per second; 600 per minute', or off"
+    # limits reads a window of 0 seconds as 1: refuse it rather than guess
+    if ZERO_WINDOW.search(text):
+        raise ConfigError(f"{name}: a window must be at least 1, got {value!r} ({example})")
+    try:
+        items = parse_many(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be rate limits, {example}; got {value!r}") from None
+    if any(item.amount < 1 for item in items):
+        raise ConfigError(f"{name}: a limit must allow at least 1 request (or {name}=off)")
+    unique = {(item.amount, item.get_expiry()): item for item in items}  # each counted once
+    return tuple(sorted(unique.values(), key=lambda item: item.get_expiry()))
+
+
+def _networks(name: str, value: str) -> tuple[IPNetwork, ...]:
+    networks = []
+    for item in (item.strip() for item in value.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError:
+            raise ConfigError(
+                f"{name} must be comma-separated addresses or networks"
+                f" (e.g. 127.0.0.0/8, ::1, 10.0.0.0/8), got {item!r}"
+            ) from None
+    return tuple(networks)
+
+
+def _users_file(name: str, value: str) -> str:
+    """Return the user directory's path, its folder existing; the file is checked in load."""
+    path = _absolute_path(name, value)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{name}: the folder {folder} does not exist")
+    return path
 
 
 def _absolute_paths(name: str, value: str) -> tuple[str, ...]:
@@ -320,6 +374,17 @@ class Settings:
     refresh_token_lifetime: int | None = _setting(
         "REFRESH_TOKEN_LIFETIME", _int_between(60, MAX_REFRESH_TOKEN_LIFETIME)
     )
+    #: Limits per client address on /login and on /token, shortest window first; (): off.
+    rate_limit_auth: tuple[RateLimitItem, ...] = _setting(
+        "RATE_LIMIT_AUTH", _rate_limits, _rate_limits("RATE_LIMIT_AUTH", DEFAULT_RATE_LIMIT_AUTH)
+    )
+    rate_limit_exempt: tuple[IPNetwork, ...] = _setting(
+        "RATE_LIMIT_EXEMPT",
+        _networks,
+        _networks("RATE_LIMIT_EXEMPT", DEFAULT_RATE_LIMIT_EXEMPT),
+    )
+    #: None: SPEC.md's open login (no password checked); else the user directory's file.
+    users_file: str | None = _setting("USERS_FILE", _users_file)
 
     @classmethod
     def load(
@@ -372,6 +437,8 @@ class Settings:
                     )
         elif not values.get("signing_key_file"):
             values["signing_key_file"] = load_or_create_key_file(instance_path, algorithm)
+        if values.get("users_file"):
+            _check_users_file(values["users_file"])
         settings = cls(**values)
         settings.signing_keys  # noqa: B018 (loads and checks every key now, once)
         return settings
@@ -468,6 +535,18 @@ def _check_redis_url(url: str) -> None:
             "TOKEN_STORE_URL is not a usable Redis URL: check the host, the port, the database"
             " number, and that a password with / : @ is percent-encoded"
         ) from None
+
+
+def _check_users_file(path: str) -> None:
+    """Refuse a user directory the service could not read; a missing one is empty."""
+    from app.users import UsersFileError, read_users_file  # argon2 only with a directory
+
+    try:
+        read_users_file(path)
+    except FileNotFoundError:
+        return  # `flask users add` creates it; until then every login is refused
+    except UsersFileError as error:
+        raise ConfigError(f"USERS_FILE {error}") from None
 
 
 def load_or_create_secret(instance_path: str) -> str:

@@ -9,6 +9,7 @@ the same format.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -19,6 +20,20 @@ from app.redaction import redact
 
 #: Key under which the request log keeps a request's id in the WSGI environ.
 REQUEST_ID_KEY = "token_service.request_id"
+#: Attributes every log record has: anything else came in ``extra`` (``event``...).
+RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def escaped(text: str) -> str:
+    """Return ``text`` as one unambiguous word of a text line: JSON-quoted unless plain."""
+    if text.isprintable() and not any(char in text for char in ' "\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def structured_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """Return the fields a record was given in ``extra``: ``event``, ``user``, ``family``..."""
+    return {name: value for name, value in vars(record).items() if name not in RECORD_ATTRIBUTES}
 
 
 def timestamp(seconds: float) -> str:
@@ -38,7 +53,8 @@ def _request_id() -> str | None:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and request id, traceback)."""
+    """One JSON object per line: time, level, logger, message (and request id, the fields
+    given in ``extra``, traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -50,14 +66,17 @@ class JsonFormatter(logging.Formatter):
         request_id = _request_id()
         if request_id:
             line["request_id"] = request_id
+        for name, value in structured_fields(record).items():
+            line.setdefault(name, value)  # never in place of one of the fields above
         if record.exc_info:
             line["traceback"] = self.formatException(record.exc_info)
-        # redacted as a whole: a credential in a message, an argument or a traceback
-        return redact(orjson.dumps(line).decode())
+        # redacted as a whole: a credential in a message, an argument, a field or a traceback
+        return redact(orjson.dumps(line, default=str).decode())
 
 
 class TextFormatter(logging.Formatter):
-    """One human-readable line: ``<time> <LEVEL> <logger>: <message>``, traceback below."""
+    """One human-readable line: ``<time> <LEVEL> <logger>: <message>``, then ``name=value``
+    for the request id and each field given in ``extra``; the traceback below."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{timestamp(record.created)} {record.levelname} {record.name}: "
@@ -65,6 +84,9 @@ class TextFormatter(logging.Formatter):
         request_id = _request_id()
         if request_id:
             line += f" request_id={request_id}"
+        for name, value in structured_fields(record).items():
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            line += f" {name}={escaped(text)}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return redact(line)

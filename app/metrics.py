@@ -59,6 +59,8 @@ AUTH_FAILURE_REASONS = (
     "another_users_token",
 )
 TOKEN_EVENTS = ("issued", "refreshed", "revoked")
+#: The request log's security events that issue or refresh a token (app/views/auth.py).
+TOKEN_EVENT_OF = {"login": "issued", "refresh": "refreshed", "refresh_token_retry": "refreshed"}
 #: The status of a request refused by a rate limit (none is enforced yet).
 TOO_MANY_REQUESTS = 429
 #: Seconds between two flushes of a worker's counts into the shared files.
@@ -112,6 +114,11 @@ class Metrics:
             "Requests refused by a rate limit (answered 429).",
             registry=registry,
         )
+        self.rate_limit_errors = Counter(
+            "token_service_rate_limit_errors",
+            "Requests let through unchecked because the rate limit's counters did not answer.",
+            registry=registry,
+        )
         # Label values known in advance are exported from the start, at 0.
         for event in TOKEN_EVENTS:
             self.tokens.labels(event)
@@ -146,13 +153,17 @@ class Metrics:
             latency[bucket + 1] += 1
             if notes:
                 reason = notes.get("reason")
-                if reason is not None:
+                if reason is not None and status in (401, 403):  # not a 429's reason
                     pending.auth_failures[reason] = pending.auth_failures.get(reason, 0) + 1
-                event = notes.get("event")
+                event = TOKEN_EVENT_OF.get(notes.get("event", ""))
+                if event is None and "revoked" in notes:  # a known token, revoked
+                    event = "revoked"
                 if event is not None:
                     pending.tokens[event] = pending.tokens.get(event, 0) + 1
                 if "store_error" in notes:
                     pending.store_errors += 1
+                if "rate_limit_error" in notes:
+                    pending.rate_limit_errors += 1
             if status == TOO_MANY_REQUESTS:
                 pending.rate_limited += 1
 
@@ -178,6 +189,8 @@ class Metrics:
             self.store_errors.inc(pending.store_errors)
         if pending.rate_limited:
             self.rate_limited.inc(pending.rate_limited)
+        if pending.rate_limit_errors:
+            self.rate_limit_errors.inc(pending.rate_limit_errors)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         child = self._children.get((metric, labels))
@@ -208,7 +221,15 @@ class Metrics:
 class _Pending:
     """Counts gathered since the last flush."""
 
-    __slots__ = ("auth_failures", "latency", "rate_limited", "requests", "store_errors", "tokens")
+    __slots__ = (
+        "auth_failures",
+        "latency",
+        "rate_limit_errors",
+        "rate_limited",
+        "requests",
+        "store_errors",
+        "tokens",
+    )
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, int], int] = {}
@@ -218,6 +239,7 @@ class _Pending:
         self.tokens: dict[str, int] = {}
         self.store_errors = 0
         self.rate_limited = 0
+        self.rate_limit_errors = 0
 
 
 def init_metrics(app: Flask, enabled: bool) -> Metrics | None:

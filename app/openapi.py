@@ -32,6 +32,7 @@ ERRORS = {
     404: "NotFound",
     413: "PayloadTooLarge",
     415: "UnsupportedMediaType",
+    429: "TooManyRequests",
     502: "BadGateway",
     503: "StoreUnavailable",
 }
@@ -199,16 +200,27 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
         "example": settings.identity_providers[0].name if settings.identity_providers else "corp",
     }
     unauthorized_bearer = {"401": ref("responses", "BearerUnauthorized")}
+    limited = errors(429) if settings.rate_limit_auth else {}
+    if settings.users_file:
+        login_description = (
+            "The password is checked against the user directory: a wrong password or an "
+            "unknown username is 401. The role is `admin` for exactly the configured "
+            "ADMIN_USERNAME, `user` for anyone else."
+        )
+        login_refused = {"401": ref("responses", "Unauthorized")}
+    else:
+        login_description = (
+            "Any username is accepted and the password is not checked. The role is "
+            "`admin` for exactly the configured ADMIN_USERNAME, `user` for anyone else."
+        )
+        login_refused = {}
     return {
         "/login": {
             "post": {
                 "tags": ["tokens"],
                 "operationId": "login",
                 "summary": "Log in: issue an access token and a refresh token",
-                "description": (
-                    "Any username is accepted and the password is not checked. The role is "
-                    "`admin` for exactly the configured ADMIN_USERNAME, `user` for anyone else."
-                ),
+                "description": login_description,
                 "requestBody": body(
                     ref("schemas", "LoginRequest"),
                     ref("schemas", "LoginForm"),
@@ -237,7 +249,10 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                             },
                         },
                     },
-                    **errors(400, 413, 415, 503),
+                    **login_refused,
+                    **errors(400, 413, 415),
+                    **limited,
+                    **errors(503),
                 },
             }
         },
@@ -259,7 +274,9 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                         {"accessToken": EXAMPLE_ACCESS_TOKEN},
                     ),
                     "401": ref("responses", "Unauthorized"),
-                    **errors(400, 413, 415, 503),
+                    **errors(400, 413, 415),
+                    **limited,
+                    **errors(503),
                 },
             }
         },
@@ -595,8 +612,14 @@ def components(settings: Settings) -> dict[str, Any]:
     }
     login: dict[str, dict[str, Any]] = {
         "username": username,
-        "password": {"type": "string", "description": "Not checked."},
+        "password": {
+            "type": "string",
+            "description": "Checked against the user directory."
+            if settings.users_file
+            else "Not checked.",
+        },
     }
+    login_required = ("username", "password") if settings.users_file else ("username",)
     refresh: dict[str, dict[str, Any]] = {
         "username": username,
         "refreshToken": {
@@ -634,7 +657,7 @@ def components(settings: Settings) -> dict[str, Any]:
             },
         },
         "schemas": {
-            **request_schemas("LoginRequest", "LoginForm", login, "username"),
+            **request_schemas("LoginRequest", "LoginForm", login, *login_required),
             **request_schemas("RefreshRequest", "RefreshForm", refresh, "username", "refreshToken"),
             **request_schemas("ReservationRequest", "ReservationForm", reservation, "guestsCount"),
             "Tokens": {
@@ -739,6 +762,13 @@ def components(settings: Settings) -> dict[str, Any]:
                 "The identity provider did not answer, or sent an unusable discovery document.",
                 ref("schemas", "Message"),
                 {"message": "identity provider did not answer"},
+            ),
+            "TooManyRequests": answer(
+                "Too many requests from this client address (RATE_LIMIT_AUTH); Retry-After "
+                "says in how many seconds the window that refused it frees.",
+                ref("schemas", "Message"),
+                {"message": "too many requests"},
+                Retry_After=ref("headers", "RetryAfter"),
             ),
             "StoreUnavailable": answer(
                 "The refresh-token store cannot be reached; a retry may succeed.",

@@ -4,7 +4,9 @@ It replaces gunicorn's access log. A WSGI middleware inside ProxyFix, so the
 client address is the one the app sees; it times the app, reads the status and
 length off the response, and writes one line with one ``os.write`` (atomic on a
 pipe for lines under 4 KiB, so workers never interleave). Views add what only
-they know, the authenticated user or why a request was refused, with ``note``.
+they know, the authenticated user, why a request was refused, or the security
+event it was (a login, a refresh refused...), with ``note``: a security event
+that happens on a request is that request's line, never a second one.
 Nothing secret is ever written: the query string is left out, the path of
 ``DELETE /token/<refreshToken>`` is redacted, and so is anything shaped like a
 token elsewhere in the path or the username.
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 from flask import request
 
-from app.logging_config import REQUEST_ID_KEY, timestamp
+from app.logging_config import REQUEST_ID_KEY, escaped, timestamp
 from app.redaction import redact, redacted_path
 
 #: Key under which a request's notes (user, reason...) wait in the WSGI environ.
@@ -33,6 +35,10 @@ REQUEST_ID_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 MAX_LOGGED_PATH = 512
 #: Status and body length of a response that never started (the app raised).
 FAILED = "500 INTERNAL SERVER ERROR"
+#: What views may note beside ``user``, in the order a line shows them.
+NOTED_FIELDS = ("reason", "revoked", "event", "family")
+#: Security events whose line is a WARNING rather than INFO.
+WARNING_EVENTS = frozenset({"refresh_token_reuse"})
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -43,8 +49,9 @@ def note(**fields: str) -> None:
     """Tell the request log (and the metrics) about the current request.
 
     Shown in the line: ``user``, ``reason`` (why it was refused), ``revoked`` (a
-    digest prefix). Counted only: ``event`` (issued, refreshed, revoked),
-    ``store_error``.
+    digest prefix), ``event`` (a security event: login, refresh, revoke...) and
+    ``family`` (a refresh token family's digest prefix). Counted only: ``store_error``,
+    ``rate_limit_error``.
     """
     notes = request.environ.get(NOTES_KEY)
     if notes is not None:  # None: a request that did not come through the request log
@@ -61,7 +68,11 @@ def request_id(environ: dict[str, Any]) -> str:
 
 
 class RequestLog:
-    """WSGI middleware writing the request log; ``text`` picks the human-readable format."""
+    """WSGI middleware writing the request log; ``text`` picks the human-readable format.
+
+    It also adds ``headers`` to every answer: here they cost one list extend, and no
+    answer of the app can miss them (errors, 404 and 405, redirects, 204s).
+    """
 
     def __init__(
         self,
@@ -69,10 +80,12 @@ class RequestLog:
         *,
         text: bool = False,
         fd: int = 1,
+        headers: Iterable[tuple[str, str]] = (),
         observe: Observer | None = None,
     ) -> None:
         self.app = app
         self.fd = fd
+        self.headers = tuple(headers)
         #: Called with (environ, status, seconds, notes) after each line: the metrics
         self.observe = observe
         self.render = self._text_line if text else self._json_line
@@ -88,6 +101,7 @@ class RequestLog:
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append(("X-Request-ID", rid))
+            headers.extend(self.headers)
             answer[:] = (status, headers)
             return start_response(status, headers, exc_info)
 
@@ -155,7 +169,7 @@ class RequestLog:
         path, user = self._fields(environ, notes)
         line = {
             "time": self._time(now),
-            "level": "INFO",
+            "level": "WARNING" if notes.get("event") in WARNING_EVENTS else "INFO",
             "logger": "request",
             "method": environ["REQUEST_METHOD"],
             "path": path,
@@ -166,10 +180,9 @@ class RequestLog:
             "user": user,
             "request_id": environ[REQUEST_ID_KEY],
         }
-        if "reason" in notes:
-            line["reason"] = notes["reason"]
-        if "revoked" in notes:
-            line["revoked"] = notes["revoked"]
+        for name in NOTED_FIELDS:
+            if name in notes:
+                line[name] = notes[name]
         try:
             return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:  # a lone surrogate in a provider's user id: orjson refuses it
@@ -185,20 +198,14 @@ class RequestLog:
         notes: dict[str, str],
     ) -> bytes:
         path, user = self._fields(environ, notes)
+        level = "WARNING" if notes.get("event") in WARNING_EVENTS else "INFO"
         line = (
-            f"{self._time(now)} INFO request {environ.get('REMOTE_ADDR')} "
-            f'"{environ["REQUEST_METHOD"]} {_escaped(path)}" {status} {length}B '
-            f"{duration * 1000:.3f}ms user={_escaped(user) if user else '-'} "
+            f"{self._time(now)} {level} request {environ.get('REMOTE_ADDR')} "
+            f'"{environ["REQUEST_METHOD"]} {escaped(path)}" {status} {length}B '
+            f"{duration * 1000:.3f}ms user={escaped(user) if user else '-'} "
             f"request_id={environ[REQUEST_ID_KEY]}"
         )
-        for name in ("reason", "revoked"):
+        for name in NOTED_FIELDS:
             if name in notes:
-                line += f" {name}={_escaped(notes[name])}"
+                line += f" {name}={escaped(notes[name])}"
         return (line + "\n").encode("utf-8", "backslashreplace")
-
-
-def _escaped(text: str) -> str:
-    """Return ``text`` as one unambiguous word of a text line: JSON-quoted unless plain."""
-    if text.isprintable() and not any(char in text for char in ' "\\'):
-        return text
-    return json.dumps(text, ensure_ascii=False)

@@ -221,6 +221,7 @@ def test_gunicorn_down_is_a_json_503(proxy):
     assert response.status_code == 503
     assert response.headers["Content-Type"] == "application/json"
     assert response.headers["Retry-After"] == "1"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.json() == {"message": "service unavailable, try again shortly"}
 
 
@@ -259,6 +260,7 @@ def assert_nginx_429(answer: tuple[int, dict[str, str], bytes]) -> None:
     assert status == 429
     assert headers["Content-Type"] == "application/json"
     assert headers["Retry-After"] == "1"
+    assert headers["X-Content-Type-Options"] == "nosniff"
     assert json.loads(body) == {"message": "too many requests"}
 
 

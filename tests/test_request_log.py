@@ -41,7 +41,8 @@ def test_one_json_line_per_request_with_every_field(client, capfd):
         "/login", json={"username": "alice", "password": PASSWORD}, headers={"X-Request-ID": "r-1"}
     )
     line = last_line(capfd)
-    assert set(line) == FIELDS
+    assert set(line) == FIELDS | {"event"}  # a login is a security event
+    assert line["event"] == "login"
     assert TIME.fullmatch(line["time"])
     logged = time.mktime(time.strptime(line["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
     assert before - 1 <= logged <= time.time()
@@ -138,13 +139,13 @@ def test_text_format_is_one_readable_line(make_app, capfd):
     assert len(out) == 2, out
     assert re.fullmatch(
         r"\S+Z INFO request 127\.0\.0\.1 \"POST /login\" 200 \d+B \d+\.\d{3}ms "
-        r'user="Zoë Q" request_id=[0-9a-f]{32}',
+        r'user="Zoë Q" request_id=[0-9a-f]{32} event=login',
         out[0],
     ), out[0]
     assert TIME.fullmatch(out[0].split()[0])
     assert re.fullmatch(
         r'\S+ INFO request 127\.0\.0\.1 "DELETE /token/<redacted>" 204 0B \S+ms user=- '
-        r"request_id=t-1",
+        r"request_id=t-1 event=revoke",
         out[1],
     ), out[1]
 

@@ -105,5 +105,6 @@ def test_ready_401_and_403_are_the_bytes_and_headers_of_the_raised_errors(guarde
         ("Content-Length", "12"),
         ("Content-Type", "text/plain"),
         ("WWW-Authenticate", "Bearer"),
+        ("X-Content-Type-Options", "nosniff"),  # on every answer
     ]
     assert shown(client.get("/raises-403"))[2] == b'{"message":"No access"}\n'

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import hmac
-import logging
 
-from flask import Blueprint, Response, current_app
+from flask import Blueprint, Response, request
 from flask.blueprints import BlueprintSetupState
-from werkzeug.exceptions import BadRequest, Unauthorized
+from werkzeug.exceptions import BadRequest, TooManyRequests, Unauthorized
 from werkzeug.routing import BaseConverter
 
 from app.config import current_settings
+from app.rate_limit import get_rate_limiter
 from app.request_body import optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
 from app.store import Outcome, get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
+from app.users import Outcome as Authentication
+from app.users import get_user_directory
 
 #: Why a refresh was refused, as the request log and the metrics name it.
 UNKNOWN_REFRESH_TOKEN, ANOTHER_USERS_TOKEN = "unknown_refresh_token", "another_users_token"
 #: Why a rotation was refused: a retired token presented again (RFC 9700 4.14.2).
 REUSED_REFRESH_TOKEN = "reused_refresh_token"  # noqa: S105 (a reason, not a token)
+#: Why a request was refused by RATE_LIMIT_AUTH; also its security event.
+RATE_LIMITED = "rate_limited"
+#: The security events, as the request log's ``event`` field names them.
+LOGIN, LOGIN_FAILED = "login", "login_failed"
+REFRESH, REFRESH_FAILED = "refresh", "refresh_failed"
+REVOKE = "revoke"
+REFRESH_TOKEN_REUSE, REFRESH_TOKEN_RETRY = "refresh_token_reuse", "refresh_token_retry"
 
 bp = Blueprint("auth", __name__)
 
@@ -40,13 +49,18 @@ def register_converter(state: BlueprintSetupState) -> None:
 
 @bp.post("/login")
 def login() -> Response:
-    """Issue an access token and a refresh token; the password is not checked."""
+    """Issue an access token and a refresh token.
+
+    The password is checked only with a user directory (USERS_FILE); without one,
+    any username is accepted, as SPEC.md says.
+    """
+    limit_rate("login")
     fields = read_fields()
     username = required_string(fields, "username", MAX_USERNAME_LENGTH)
-    optional_string(fields, "password")
+    check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
-    note(user=username, event="issued")  # the request log's line is the login's record
+    note(user=username, event=LOGIN)  # the request log's line is the login's record
     return json_response(
         {"accessToken": _access_token(username, _role(username)), "refreshToken": refresh_token}
     )
@@ -58,6 +72,7 @@ def refresh() -> Response:
 
     With REFRESH_TOKEN_ROTATION, also a new refresh token that replaces the one presented.
     """
+    limit_rate("token")
     fields = read_fields()
     username = required_string(fields, "username", MAX_USERNAME_LENGTH)
     refresh_token = optional_string(fields, "refreshToken")
@@ -67,9 +82,12 @@ def refresh() -> Response:
         return _rotate(refresh_token, username)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
-        note(reason=UNKNOWN_REFRESH_TOKEN if owner is None else ANOTHER_USERS_TOKEN)
+        note(
+            reason=UNKNOWN_REFRESH_TOKEN if owner is None else ANOTHER_USERS_TOKEN,
+            event=REFRESH_FAILED,
+        )
         raise Unauthorized()
-    note(user=username, event="refreshed")
+    note(user=username, event=REFRESH)
     return json_response({"accessToken": _access_token(username, _role(username))})
 
 
@@ -78,38 +96,52 @@ def _rotate(refresh_token: str, username: str) -> Response:
     successor = new_refresh_token()
     rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
     if rotation is None or rotation.outcome is Outcome.UNKNOWN:
-        note(reason=UNKNOWN_REFRESH_TOKEN)
+        note(reason=UNKNOWN_REFRESH_TOKEN, event=REFRESH_FAILED)
         raise Unauthorized()
     if rotation.outcome is Outcome.OTHER_USER:
-        note(reason=ANOTHER_USERS_TOKEN)
+        note(reason=ANOTHER_USERS_TOKEN, event=REFRESH_FAILED)
         raise Unauthorized()
     if rotation.outcome is Outcome.REUSED:
-        note(reason=REUSED_REFRESH_TOKEN)
-        _security_event(
-            "refresh_token_reuse", username, rotation.family, "family revoked", logging.WARNING
+        # the family's owner, as the username matched it; the family's digest, no token
+        note(
+            user=username,
+            reason=REUSED_REFRESH_TOKEN,
+            event=REFRESH_TOKEN_REUSE,
+            family=rotation.family,
         )
         raise Unauthorized()
-    if rotation.outcome is Outcome.RETRIED:
-        _security_event(
-            "refresh_token_retry", username, rotation.family, "within the grace", logging.INFO
-        )
-    note(user=username)
+    event = REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else REFRESH
+    note(user=username, event=event, family=rotation.family)
     return json_response(
         {"accessToken": _access_token(username, _role(username)), "refreshToken": successor}
     )
 
 
-def _security_event(event: str, username: str, family: str, effect: str, level: int) -> None:
-    """Log a retired refresh token presented again: one line, the family's digest, no token."""
-    current_app.logger.log(
-        level,
-        "%s: username=%r family=%s %s",
-        event,
-        username,
-        family,
-        effect,
-        extra={"event": event, "username": username, "family": family},
-    )
+def check_password(username: str, password: str | None) -> None:
+    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s."""
+    users = get_user_directory()
+    if users is None:
+        return  # SPEC.md's open login
+    if password is None:
+        raise BadRequest("password is required")
+    outcome = users.authenticate(username, password)
+    if outcome is not Authentication.AUTHENTICATED:
+        # an unknown "username" may be a password typed in the wrong field: not logged
+        if outcome is Authentication.WRONG_PASSWORD:
+            note(user=username)
+        note(reason=outcome.value, event=LOGIN_FAILED)
+        raise Unauthorized()
+
+
+def limit_rate(endpoint: str) -> None:
+    """Count the request against RATE_LIMIT_AUTH; 429 with Retry-After over the limit."""
+    limiter = get_rate_limiter()
+    if limiter is None:
+        return
+    wait = limiter.check(endpoint, request.remote_addr)
+    if wait is not None:
+        note(reason=RATE_LIMITED, event=RATE_LIMITED)
+        raise TooManyRequests("too many requests", retry_after=wait)
 
 
 @bp.after_request
@@ -124,7 +156,9 @@ def forbid_caching(response: Response) -> Response:
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
     if get_store().revoke(refresh_token):
-        note(revoked=shown_digest(refresh_token), event="revoked")  # a digest prefix
+        note(event=REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
+    else:
+        note(event=REVOKE)
     return bodiless(204)
 
 

@@ -1,0 +1,199 @@
+"""Rate limits per client address on /login and /token (RATE_LIMIT_AUTH).
+
+Each endpoint counts on its own, per client address as the app sees it
+(``request.remote_addr``, after ProxyFix): IPv4 addresses one by one, IPv6 ones by
+their /64 (what one subscriber gets), and never the networks of RATE_LIMIT_EXEMPT.
+The counters live where every worker and every host sees them, so N allowed per
+window means at most N answered, whichever worker serves them: in the token store's
+Redis (``app.rate_limit.redis``), or in a SQLite file beside the token store
+(``app.rate_limit.sqlite``). The windows are fixed ones, each starting with a
+client's first request in it; a request counts on every limit at once, in one
+round trip (one statement, or one Lua script), whatever the number of limits.
+
+``limits`` reads the notation and names the windows. Its strategies are not used:
+they make a round trip per limit, and one more for the time left. Flask-Limiter is
+not used either: it adds a hook to every request of every endpoint, and its
+``swallow_errors`` logs a line per failed request. Here the check costs only the
+two endpoints it guards, and when the counters' storage fails the limiter fails
+open, for the limit only: the request goes on unchecked, the failure is counted
+(``on_storage_failure``), and it is logged at most once a minute per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from flask import Flask, current_app
+from limits import RateLimitItem
+
+from app.config import IPNetwork, Settings
+from app.request_log import note
+
+EXTENSION_KEY = "rate_limiter"
+#: The counters' SQLite file, in the token store's folder.
+SQLITE_FILE_NAME = "rate_limits.sqlite3"
+#: After a storage failure, requests pass unchecked this long before the next try, so a
+#: frozen store costs one timeout a second per process, not one per request.
+RETRY_AFTER_FAILURE = 1.0
+#: At most one log line about storage failures per this many seconds, per process.
+FAILURE_LOG_INTERVAL = 60.0
+#: Distinct client addresses whose key each process remembers.
+KEYS_CACHED = 4096
+
+logger = logging.getLogger(__name__)
+
+
+class CountersUnavailableError(Exception):
+    """The counters' storage cannot answer; the message names the cause, never a password."""
+
+
+class Counters(Protocol):
+    """Where the windows are counted: ``app.rate_limit.sqlite`` or ``app.rate_limit.redis``."""
+
+    def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
+        """Count one hit on each (key, window in seconds); return each one's hits and the
+        seconds until its window ends. Raise CountersUnavailableError on any failure."""
+
+    def close(self) -> None:
+        """Release this process's connections."""
+
+
+def note_failure() -> None:
+    """Count the failure on the request's line, for the metrics: ``on_storage_failure``."""
+    note(rate_limit_error="1")
+
+
+class RateLimiter:
+    """The limits of one app: ``check`` counts a request and says whether it may go on."""
+
+    def __init__(
+        self, limits: tuple[RateLimitItem, ...], exempt: tuple[IPNetwork, ...], storage: Counters
+    ) -> None:
+        self.limits = limits
+        #: Each limit's amount, window in seconds, and the end of its counters' keys.
+        self.windows = [
+            (item.amount, item.get_expiry(), f"/{item.amount}/{item.get_expiry()}")
+            for item in limits
+        ]
+        self.exempt = exempt
+        self.storage = storage
+        #: Called once for each request let through unchecked because the storage failed:
+        #: point it at a metrics counter. ``storage_failures`` counts them too.
+        self.on_storage_failure: Callable[[], None] = note_failure
+        self.storage_failures = 0
+        self._unchecked_until = 0.0
+        self._failing = False
+        self._reported_at = -math.inf
+        self._unreported = 0
+        self._lock = threading.Lock()
+        self.client_key = functools.lru_cache(maxsize=KEYS_CACHED)(self._client_key)
+
+    def check(self, endpoint: str, address: str | None) -> int | None:
+        """Count a request to ``endpoint`` from ``address``: None if it may go on, else
+        the seconds until the window that refused it frees (at least 1)."""
+        key = self.client_key(address)
+        if key is None:
+            return None  # an exempt address
+        if self._unchecked_until and time.monotonic() < self._unchecked_until:
+            self._storage_failed(None)
+            return None
+        counters = [(f"{endpoint}/{key}{suffix}", window) for _, window, suffix in self.windows]
+        try:
+            counted = self.storage.hit(counters)
+        except CountersUnavailableError as error:
+            self._storage_failed(error)
+            return None
+        if self._failing:
+            self._recovered()
+        waits = [
+            left
+            for (amount, _, _), (hits, left) in zip(self.windows, counted, strict=True)
+            if hits > amount
+        ]
+        return max(1, math.ceil(max(waits))) if waits else None
+
+    def _client_key(self, address: str | None) -> str | None:
+        """Return whom an address counts as (None: not limited); cached per address."""
+        if not address:
+            return "unknown"
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return address[:64]  # what a trusted proxy forwarded, counted as it is
+        if ip.version == 6 and ip.ipv4_mapped:  # ::ffff:192.0.2.1 on a dual-stack socket
+            ip = ip.ipv4_mapped
+        if any(ip in network for network in self.exempt):
+            return None
+        if ip.version == 6:  # one subscriber's prefix, not each of its 2**64 addresses
+            return str(ipaddress.IPv6Network((ip, 64), strict=False))
+        return str(ip)
+
+    def _storage_failed(self, error: Exception | None) -> None:
+        """Let the request through, count it, and log it at most once a minute."""
+        self.storage_failures += 1
+        self.on_storage_failure()
+        now = time.monotonic()
+        with self._lock:
+            if error is not None:
+                self._failing = True
+                self._unchecked_until = now + RETRY_AFTER_FAILURE
+            if now - self._reported_at < FAILURE_LOG_INTERVAL:
+                self._unreported += 1
+                return
+            self._reported_at, unreported, self._unreported = now, self._unreported, 0
+        logger.warning(
+            "rate limits not applied, their storage failed: %s%s",
+            error or "still failing",
+            f" ({unreported} more requests unchecked since the last message)" if unreported else "",
+        )
+
+    def _recovered(self) -> None:
+        with self._lock:
+            if not self._failing:
+                return
+            self._failing, self._unchecked_until = False, 0.0
+            unreported, self._unreported = self._unreported, 0
+            self._reported_at = -math.inf
+        logger.warning(
+            "rate limits applied again, their storage answers (%d more requests were"
+            " unchecked since the last message)",
+            unreported,
+        )
+
+
+def open_storage(settings: Settings) -> Counters:
+    """Return the counters' storage: the token store's Redis, or a SQLite file beside it."""
+    url = settings.token_store_url
+    if url.startswith("sqlite:///"):
+        from app.rate_limit.sqlite import SQLiteCounters
+
+        folder = os.path.dirname(url[len("sqlite:///") :])
+        return SQLiteCounters(os.path.join(folder, SQLITE_FILE_NAME), settings.store_timeout)
+    from app.rate_limit.redis import RedisCounters
+
+    connect_timeout = settings.store_connect_timeout or settings.store_timeout
+    return RedisCounters(url, settings.store_timeout, connect_timeout)
+
+
+def init_rate_limit(app: Flask, settings: Settings) -> None:
+    """Attach the rate limiter to ``app``, or None with RATE_LIMIT_AUTH=off."""
+    limiter = None
+    if settings.rate_limit_auth:
+        limiter = RateLimiter(
+            settings.rate_limit_auth, settings.rate_limit_exempt, open_storage(settings)
+        )
+    app.extensions[EXTENSION_KEY] = limiter
+
+
+def get_rate_limiter() -> RateLimiter | None:
+    """Return the current app's rate limiter, or None when the limits are off."""
+    limiter: RateLimiter | None = current_app.extensions[EXTENSION_KEY]
+    return limiter

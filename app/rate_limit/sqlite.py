@@ -1,0 +1,126 @@
+"""Fixed-window counters in one SQLite file: the rate limits' storage on a SQLite host.
+
+``limits`` ships storages for Redis, Memcached, MongoDB and process memory, none of
+which every worker of a host shares without another server; this is the smallest
+one that does. One row per counter (endpoint, address, limit): a request's hits on
+every limit are one multi-row UPSERT, atomic under SQLite's write lock, so N allowed
+per window means at most N answered, whichever worker counts them. The file is its
+own, beside the token store's, so it never waits for the store's write lock, and it
+is written with ``synchronous = OFF`` (WAL mode: a crash of a process loses nothing;
+a power cut may lose the last counts, which only forgives a few requests).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from app.rate_limit import CountersUnavailableError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rate_limits (
+    key        TEXT PRIMARY KEY,
+    hits       INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rate_limits_by_expiry ON rate_limits (expires_at);
+"""
+#: Seconds between two purges of ended windows, per process (through the expiry index).
+PURGE_INTERVAL = 60.0
+
+
+@functools.cache
+def hit_statement(counters: int) -> str:
+    """Return the UPSERT of ``counters`` counters: a new window, or one more hit in the
+    running one; ``?1`` is now, then each counter's key and end of a new window. The SET
+    expressions all read a row as it was before the statement."""
+    rows = ", ".join(f"(?{2 * n + 2}, 1, ?{2 * n + 3})" for n in range(counters))
+    return (
+        f"INSERT INTO rate_limits (key, hits, expires_at) VALUES {rows}"  # noqa: S608 (numbered ?s)
+        " ON CONFLICT (key) DO UPDATE SET"
+        " hits = CASE WHEN expires_at > ?1 THEN hits + 1 ELSE 1 END,"
+        " expires_at = CASE WHEN expires_at > ?1 THEN expires_at ELSE excluded.expires_at END"
+        " RETURNING key, hits, expires_at"
+    )
+
+
+class SQLiteCounters:
+    """Fixed-window counters in the SQLite file at ``path``.
+
+    Connections open lazily, one per thread of each process, so nothing opened
+    before gunicorn forks is used by a worker.
+    """
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._local = threading.local()
+        self._next_purge = 0.0
+
+    def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
+        """Count one hit on each (key, window in seconds); return each one's hits and the
+        seconds until its window ends, in the order given."""
+        now = time.time()
+        parameters: list[object] = [now]
+        for key, window in counters:
+            parameters += [key, now + window]
+        with self._answering() as connection:
+            # fetchall: a RETURNING statement commits when its last row is read
+            rows = connection.execute(hit_statement(len(counters)), parameters).fetchall()
+            if now >= self._next_purge:
+                self._next_purge = now + PURGE_INTERVAL
+                connection.execute("DELETE FROM rate_limits WHERE expires_at <= ?", (now,))
+        counted = {key: (int(hits), float(expires_at) - now) for key, hits, expires_at in rows}
+        return [counted[key] for key, _ in counters]
+
+    def close(self) -> None:
+        """Close this thread's connection (reopened on next use)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None and self._local.pid == os.getpid():
+            connection.close()
+        self._local.connection = None
+
+    @contextmanager
+    def _answering(self) -> Iterator[sqlite3.Connection]:
+        """Yield this thread's connection; turn every failure into one error."""
+        try:
+            yield self._open()
+        except (sqlite3.Error, OSError) as error:
+            raise CountersUnavailableError(
+                f"SQLite {self.path}: {type(error).__name__}: {error}"
+            ) from error
+
+    def _open(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is not None and self._local.pid == os.getpid():
+            return connection
+        connection = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            connection.execute("PRAGMA synchronous = OFF")
+            # Switching to WAL takes a lock busy_timeout does not wait for: retry a moment.
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    connection.execute("PRAGMA journal_mode = WAL")
+                    connection.executescript(SCHEMA)
+                    break
+                except sqlite3.OperationalError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.01)
+            for path in (self.path, self.path + "-wal", self.path + "-shm"):
+                if os.path.exists(path):
+                    os.chmod(path, 0o600)  # client addresses are personal data
+        except BaseException:
+            connection.close()
+            raise
+        self._local.connection, self._local.pid = connection, os.getpid()
+        return connection
