@@ -58,3 +58,11 @@ scripts/logout.sh   # checks for Set-Cookie: jwt=; Expires=...; Max-Age=0; ...
 scripts/health.sh
 # {"status":"ok"}
 # {"status":"ready"}
+
+# 13. The API document, the public keys and the metrics
+curl -sS --fail-with-body "$BASE_URL/openapi.json" | jq -r .openapi
+# 3.1.0
+curl -sS -o /dev/null -w '%{http_code}\n' "$BASE_URL/.well-known/jwks.json"
+# 404 (HS256, the default: a secret is never published; EdDSA or ES256 publish their keys)
+scripts/metrics.sh | grep -c '^token_service_'
+# the number of counter lines (Prometheus text format)

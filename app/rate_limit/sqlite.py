@@ -13,14 +13,13 @@ a power cut may lose the last counts, which only forgives a few requests).
 from __future__ import annotations
 
 import functools
-import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from app.rate_limit import CountersUnavailableError
+from app.sqlite_files import ThreadConnections, connect_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rate_limits (
@@ -59,7 +58,7 @@ class SQLiteCounters:
     def __init__(self, path: str, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
-        self._local = threading.local()
+        self._connections = ThreadConnections(self._connect)
         self._next_purge = 0.0
 
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
@@ -80,10 +79,7 @@ class SQLiteCounters:
 
     def close(self) -> None:
         """Close this thread's connection (reopened on next use)."""
-        connection = getattr(self._local, "connection", None)
-        if connection is not None and self._local.pid == os.getpid():
-            connection.close()
-        self._local.connection = None
+        self._connections.close()
 
     @contextmanager
     def _answering(self) -> Iterator[sqlite3.Connection]:
@@ -96,31 +92,12 @@ class SQLiteCounters:
             ) from error
 
     def _open(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is not None and self._local.pid == os.getpid():
-            return connection
-        connection = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            connection.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            connection.execute("PRAGMA synchronous = OFF")
-            # Switching to WAL takes a lock busy_timeout does not wait for: retry a moment.
-            deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    connection.execute("PRAGMA journal_mode = WAL")
-                    connection.executescript(SCHEMA)
-                    break
-                except sqlite3.OperationalError:
-                    if time.monotonic() >= deadline:
-                        raise
-                    time.sleep(0.01)
-            for path in (self.path, self.path + "-wal", self.path + "-shm"):
-                if os.path.exists(path):
-                    os.chmod(path, 0o600)  # client addresses are personal data
-        except BaseException:
-            connection.close()
-            raise
-        self._local.connection, self._local.pid = connection, os.getpid()
-        return connection
+        return self._connections.get()
+
+    def _connect(self) -> sqlite3.Connection:
+        # OFF: a crash of a process loses nothing in WAL mode; a power cut, a few counts
+        return connect_wal(self.path, self.timeout, "OFF", _create_schema)
+
+
+def _create_schema(connection: sqlite3.Connection) -> None:
+    connection.executescript(SCHEMA)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hmac
-import os
 import sqlite3
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from app.sqlite_files import ThreadConnections, connect_wal
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
@@ -86,7 +84,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         self.path = path
         self.timeout = timeout
         self.strict = durability == "strict"
-        self._local = threading.local()
+        self._connections = ThreadConnections(self._connect)
 
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
@@ -251,10 +249,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             connection.execute("SELECT 1").fetchone()
 
     def close(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None and self._local.pid == os.getpid():
-            connection.close()
-        self._local.connection = None
+        self._connections.close()
 
     @contextmanager
     def _connection(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
@@ -273,41 +268,18 @@ class SQLiteTokenStore(RefreshTokenStore):
             raise StoreUnavailableError(f"SQLite store {self.path}: {error}") from error
 
     def _open(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is not None and self._local.pid == os.getpid():
-            return connection
-        # autocommit mode: each statement is its own transaction unless BEGIN is issued
-        connection = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            self._prepare(connection)
-        except BaseException:
-            connection.close()
-            raise
-        self._local.connection, self._local.pid = connection, os.getpid()
-        return connection
+        return self._connections.get()
 
-    def _prepare(self, connection: sqlite3.Connection) -> None:
-        connection.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+    def _connect(self) -> sqlite3.Connection:
         # NORMAL (in WAL mode): commits survive any process crash; revokes switch to FULL.
-        connection.execute(f"PRAGMA synchronous = {'FULL' if self.strict else 'NORMAL'}")
-        # Switching to WAL takes a lock that busy_timeout does not wait for, so
-        # workers opening a new file together retry until the first one is done.
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                connection.execute("PRAGMA journal_mode = WAL")
-                connection.executescript(SCHEMA)
-                _migrate(connection)
-                break
-            except sqlite3.OperationalError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.01)
-        for path in (self.path, self.path + "-wal", self.path + "-shm"):
-            if os.path.exists(path):
-                os.chmod(path, 0o600)  # tokens are digests, but usernames are personal data
+        return connect_wal(
+            self.path, self.timeout, "FULL" if self.strict else "NORMAL", _create_schema
+        )
+
+
+def _create_schema(connection: sqlite3.Connection) -> None:
+    connection.executescript(SCHEMA)
+    _migrate(connection)
 
 
 @contextmanager
