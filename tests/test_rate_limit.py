@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 
 import app.rate_limit
 from app.config import DEFAULT_RATE_LIMIT_AUTH, ConfigError, Settings
@@ -343,6 +344,7 @@ def test_a_stopped_redis_is_the_stores_503_and_the_limiter_logs_once(
 # --- real servers ---------------------------------------------------------------------
 
 BURST, LIMIT = 40, 10
+BURST_PASSWORD = "correct horse battery staple"
 
 
 def burst(urls: list[str], address: str) -> list[tuple[str, int, str | None]]:
@@ -353,7 +355,7 @@ def burst(urls: list[str], address: str) -> list[tuple[str, int, str | None]]:
         response = fresh(
             "POST",
             f"{url}/login",
-            json={"username": f"user{n}"},
+            json={"username": f"user{n}", "password": BURST_PASSWORD},
             headers={"X-Forwarded-For": address},
         )
         return url, response.status_code, response.headers.get("Retry-After")
@@ -374,12 +376,18 @@ def workers_holding(server, name: str) -> int:
 
 @pytest.mark.gunicorn
 @pytest.mark.store("sqlite")
-def test_the_limit_holds_across_the_workers_of_a_host(gunicorn_server, signing_secret):
+def test_the_limit_holds_across_the_workers_of_a_host(gunicorn_server, signing_secret, tmp_path):
+    # With USERS_FILE each allowed login spends an Argon2 check (about 25 ms) on its
+    # worker, so a concurrent burst cannot be answered by one worker alone.
+    users_file = tmp_path / "users.json"
+    hashed = PasswordHasher().hash(BURST_PASSWORD)
+    users_file.write_text(json.dumps({f"user{n}": hashed for n in range(BURST)}))
     server = gunicorn_server(
         {
             "SIGNING_SECRET": signing_secret,
             "TRUSTED_PROXY_HOPS": "1",
             "RATE_LIMIT_AUTH": f"{LIMIT} per minute",
+            "USERS_FILE": str(users_file),
         },
         workers=3,
     )
@@ -390,7 +398,8 @@ def test_the_limit_holds_across_the_workers_of_a_host(gunicorn_server, signing_s
     assert all(1 <= int(wait) <= 60 for _, status, wait in answers if status == 429)
     assert workers_holding(server, SQLITE_FILE_NAME) >= 2  # several workers counted
     # another address has its own budget; the host itself is never limited
-    assert fresh("POST", f"{server.url}/login", json={"username": "x"}).status_code == 200
+    login = {"username": "user0", "password": BURST_PASSWORD}
+    assert fresh("POST", f"{server.url}/login", json=login).status_code == 200
 
 
 @pytest.mark.gunicorn
