@@ -12,7 +12,13 @@ from werkzeug.exceptions import Unauthorized
 from app.config import current_settings
 from app.errors import forbidden_response, unauthenticated_response
 from app.request_log import note
-from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
+from app.tokens import (
+    MALFORMED,
+    ROLES,
+    InvalidTokenError,
+    verify_access_token,
+    verify_cookie_token,
+)
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -52,7 +58,7 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
     token = bearer_token()
     if token is None:
         malformed = "HTTP_AUTHORIZATION" in request.environ
-        return None, "malformed" if malformed else MISSING
+        return None, MALFORMED if malformed else MISSING
     settings = current_settings()
     try:
         return verify_access_token(token, settings.signing_keys, settings.clock_skew), ""
