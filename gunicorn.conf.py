@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from app.config import ConfigError, Settings
-from app.logging_config import logging_config
+from app.logging_config import ServiceGunicornLogger, logging_config
 from app.metrics import fresh_multiprocess_folder
 
 try:
@@ -43,6 +43,8 @@ errorlog = "-"
 loglevel = settings.log_level.lower()
 # gunicorn's messages and the app's: one format (LOG_FORMAT), one redaction
 logconfig_dict = logging_config(settings.log_format, settings.log_level)
+# gunicorn's logger, but for the access lines it would otherwise build for nothing
+logger_class = ServiceGunicornLogger
 # X-Forwarded-* are trusted by the app alone, through TRUSTED_PROXY_HOPS (ProxyFix);
 # gunicorn would otherwise believe X-Forwarded-Proto from any loopback client.
 forwarded_allow_ips = ""

@@ -16,6 +16,7 @@ checks a key.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
+import orjson
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt.algorithms import Algorithm, HMACAlgorithm, get_default_algorithms
-from jwt.api_jws import PyJWS
 from jwt.utils import base64url_decode
 
 HS256 = "HS256"
@@ -81,8 +82,9 @@ class SigningKey:
     source: str
     #: What ``jwt.decode`` is given: the public half or the secret, bound to the algorithm.
     verifier: jwt.PyJWK = field(repr=False)
-    #: Signs with this key alone; None for a key that only verifies (a public key file).
-    signer: PyJWS | None = field(default=None, repr=False)
+    #: PyJWT's algorithm, which signs with ``signing_key``; None for a key that only verifies
+    #: (a public key file).
+    signer: Algorithm | None = field(default=None, repr=False)
     signing_key: Any = field(default=None, repr=False)
     #: The key's entry in the JWKS; None for a secret, which is never published.
     public_jwk: dict[str, str] | None = None
@@ -91,18 +93,27 @@ class SigningKey:
     def algorithms(self) -> list[str]:
         return [self.algorithm]
 
-    @property
+    @functools.cached_property
     def header(self) -> str:
         """Return the header segment of every token this key signs, as it is written."""
         return _header_segment(self.algorithm, self.kid)
 
     def sign(self, claims: dict[str, Any]) -> str:
-        """Return a JWT of ``claims`` signed with this key, its kid in the header."""
+        """Return a JWT of ``claims`` signed with this key, its kid in the header.
+
+        The token is what ``jwt.encode(claims, key, algorithm, {"kid": kid})`` writes
+        (PyJWS's header: sorted keys, compact JSON), signed by PyJWT's own algorithm;
+        only the header, the same for every token, is made once instead of each time.
+        """
         if self.signer is None:
             raise RuntimeError(f"the key {self.kid} is a public key: it cannot sign")
-        # The bytes that jwt.encode signs: compact JSON, then PyJWS's header and signature.
-        payload = json.dumps(claims, separators=(",", ":")).encode()
-        return self.signer.encode(payload, self.signing_key, self.algorithm, {"kid": self.kid})
+        try:
+            payload = orjson.dumps(claims)  # compact JSON, like jwt.encode's, UTF-8 unescaped
+        except TypeError:  # a lone surrogate (in a provider's user id): JSON's \u escape
+            payload = json.dumps(claims, separators=(",", ":")).encode()
+        signing_input = f"{self.header}.{_base64url(payload)}"
+        signature = self.signer.sign(signing_input.encode("ascii"), self.signing_key)
+        return f"{signing_input}.{_base64url(signature)}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,7 +223,7 @@ def secret_key(secret: str, source: str) -> SigningKey:
         algorithm=HS256,
         source=source,
         verifier=verifier,
-        signer=_signer(HS256, algorithm),
+        signer=algorithm,
         signing_key=algorithm.secret,
     )
 
@@ -333,16 +344,10 @@ def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
         algorithm=algorithm,
         source=source,
         verifier=jwt.PyJWK(public_jwk, algorithm),
-        signer=_signer(algorithm, jwa) if is_private else None,
+        signer=jwa if is_private else None,
         signing_key=key if is_private else None,
         public_jwk=public_jwk,
     )
-
-
-def _signer(name: str, algorithm: Algorithm) -> PyJWS:
-    signer = PyJWS(algorithms=[])  # no algorithm but this key's own
-    signer.register_algorithm(name, algorithm)
-    return signer
 
 
 def _read_pem_key(path: str, name: str) -> Any:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import orjson
+from gunicorn.glogging import Logger as GunicornLogger
 
 from app.redaction import redact
 
@@ -93,6 +94,21 @@ class TextFormatter(logging.Formatter):
 
 
 FORMATTERS = {"json": JsonFormatter, "text": TextFormatter}
+
+
+class ServiceGunicornLogger(GunicornLogger):
+    """gunicorn's logger with its access log off for good: the request log replaces it.
+
+    gunicorn takes a ``logconfig_dict`` as a sign that access lines are wanted, and
+    then builds some 40 access-log atoms for every request even though its access
+    logger writes nothing: about 7% of a worker's Python time under load.
+    """
+
+    def _compute_access_log_enabled(self) -> bool:
+        return False
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        return None
 
 
 def logging_config(log_format: str, level: str) -> dict[str, Any]:

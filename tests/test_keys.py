@@ -85,6 +85,47 @@ def new_key_file(path: Path, algorithm: str) -> Path:
     return path
 
 
+# --- Signing: what jwt.encode writes -----------------------------------------------------
+
+
+ALL_ALGORITHMS = pytest.mark.parametrize(
+    "signing_algorithm", ["HS256", "EdDSA", "ES256"], indirect=True
+)
+
+
+@ALL_ALGORITHMS
+@pytest.mark.parametrize("username", ["alice", "zoë 😀", 'a\\"b\n'])
+def test_a_signed_token_is_what_jwt_encode_writes(signing_key, username):
+    key = signing_key.ring.current
+    claims = valid_claims(username=username)
+    token = key.sign(claims)
+    assert signing_key.decode(token) == claims
+    assert jwt.get_unverified_header(token) == {
+        "alg": signing_key.algorithm, "kid": key.kid, "typ": "JWT"
+    }  # fmt: skip
+    expected = jwt.encode(claims, key.signing_key, signing_key.algorithm, {"kid": key.kid})
+    if username.isascii():  # jwt.encode escapes other characters as \uXXXX: same claims
+        # ES256 signatures are randomized: the signed part is the same, and it verifies
+        same = 2 if signing_key.algorithm == "ES256" else 3
+        assert token.split(".")[:same] == expected.split(".")[:same]
+
+
+@ALL_ALGORITHMS
+def test_a_claim_with_a_lone_surrogate_is_still_signed(signing_key):
+    claims = valid_claims(username="a\ud800")  # as a provider's user id may hold one
+    assert signing_key.decode(signing_key.ring.current.sign(claims)) == claims
+
+
+def test_a_public_key_cannot_sign(tmp_path):
+    private_file = new_key_file(tmp_path / "key.pem", "EdDSA")
+    private = serialization.load_pem_private_key(private_file.read_bytes(), None)
+    public_file = write_key(tmp_path / "key.pub.pem", private.public_key())
+    ring = load_key_ring(new_secret(), "EdDSA", key_file=str(private_file),
+                         previous_key_files=[str(public_file)])  # fmt: skip
+    with pytest.raises(RuntimeError, match="public key"):
+        ring.previous[0].sign({"iat": 1})
+
+
 # --- HS256: rotation with SIGNING_SECRET_PREVIOUS --------------------------------------
 
 

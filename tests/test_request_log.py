@@ -4,14 +4,19 @@ and never a credential, on any endpoint, however the client spells it."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 from flask import redirect
+from gunicorn.glogging import Logger as GunicornLogger
 
+from app.logging_config import ServiceGunicornLogger
 from app.request_log import MAX_REQUEST_ID_LENGTH
-from tests.conftest import bearer, fresh, login, make_token, valid_claims
+from tests.conftest import ROOT, bearer, fresh, login, make_token, valid_claims
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
@@ -345,3 +350,23 @@ def test_real_gunicorn_logs_every_request_as_json_and_no_credential(gunicorn_ser
     assert any(line["logger"] == "gunicorn.error" for line in lines)  # same format
     deletes = [line for line in requests_logged if line["method"] == "DELETE"]
     assert {line["path"] for line in deletes} == {"/token/<redacted>"}
+
+
+def test_gunicorn_builds_no_access_line_beside_the_request_log(monkeypatch):
+    """gunicorn takes logconfig_dict as a wish for access lines and builds them (some 40
+    atoms a request) even for a logger that writes nothing; the service's logger does not."""
+    logger = ServiceGunicornLogger.__new__(ServiceGunicornLogger)  # setup() would reconfigure
+    monkeypatch.setattr(GunicornLogger, "atoms", lambda *args: pytest.fail("atoms were built"))
+    assert not logger.access_log_enabled
+    assert logger.access(None, None, {}, None) is None
+
+
+def test_gunicorn_conf_uses_the_service_logger(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--print-config", "wsgi:app"],
+        cwd=ROOT, env={**os.environ, "INSTANCE_PATH": str(tmp_path / "instance")},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    settings = dict(re.findall(r"^(\w+)\s+= ?(.*)$", completed.stdout, re.M))
+    assert "ServiceGunicornLogger" in settings["logger_class"]
+    assert settings["accesslog"] == "None"
