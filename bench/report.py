@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bench.scenarios import Scenario
 from bench.wrk import WrkResult
+
+if TYPE_CHECKING:
+    from bench.paired import PairSummary
 
 SERVICE, FLOOR = "service", "floor"
 #: Highest CPU per request of the service, as a multiple of the floor's, by scenario.
@@ -91,17 +95,20 @@ class Target:
 
 
 def targets(
-    scenario_list: list[Scenario], summaries: dict[tuple[str, str], Summary], peers: list[str]
+    scenario_list: list[Scenario],
+    pair_summaries: dict[tuple[str, str], PairSummary],
+    peers: list[str],
 ) -> list[Target]:
-    """Return the verdicts: CPU per request against the floor's, and against every peer's."""
+    """Return the verdicts, from the paired runs: the service's CPU per request over the
+    floor's (median ratio), and over each peer's (below 1 against every peer)."""
     found: list[Target] = []
+    keys = [scenario.key for scenario in scenario_list]
     by_key = {scenario.key: scenario for scenario in scenario_list}
     for key, limit in FLOOR_TARGETS.items():
         if key not in by_key:
             continue
-        service = summaries.get((SERVICE, key))
-        floor = summaries.get((FLOOR, by_key[key].floor_key))
-        value = ratio(service and service.cpu_us, floor and floor.cpu_us)
+        pair = pair_summaries.get((FLOOR, key))
+        value = None if pair is None else pair.ratio
         found.append(
             Target(
                 f"{key}: service CPU/request vs floor {by_key[key].floor_key}",
@@ -110,26 +117,15 @@ def targets(
                 None if value is None else round(value, 2) <= limit,
             )
         )
-    for scenario in scenario_list:
-        what = f"{scenario.key}: service CPU/request below both peers"
-        service = summaries.get((SERVICE, scenario.key))
-        rivals = [summaries.get((peer, scenario.key)) for peer in peers]
-        if (
-            service is None
-            or service.cpu_us is None
-            or any(rival is None or rival.cpu_us is None for rival in rivals)
-        ):
-            found.append(Target(what, "n/a", "< the cheaper peer", None))
+    for key in keys:
+        what = f"{key}: service CPU/request below both peers"
+        ratios = [getattr(pair_summaries.get((peer, key)), "ratio", None) for peer in peers]
+        if not peers or any(value is None for value in ratios):
+            found.append(Target(what, "n/a", "< 1.00x of each peer", None))
             continue
-        cheapest = min(rival.cpu_us for rival in rivals)  # type: ignore[union-attr]
-        found.append(
-            Target(
-                what,
-                f"{service.cpu_us:.0f} µs vs {cheapest:.0f} µs",
-                "< the cheaper peer",
-                service.cpu_us < cheapest,
-            )
-        )
+        shown = ", ".join(f"{value:.2f}x" for value in ratios)  # type: ignore[str-format]
+        met = all(value < 1 for value in ratios)  # type: ignore[operator]
+        found.append(Target(what, shown, "< 1.00x of each peer", met))
     return found
 
 
@@ -164,6 +160,37 @@ def results_table(
                 f"| {summary.p50_ms:.2f} | {summary.p99_ms:.2f} "
                 f"| {summary.non_2xx} | {_statuses(summary)} | {summary.socket_errors} "
                 f"| {'yes' if summary.ok else '**no**'} |"
+            )
+    return "\n".join(lines)
+
+
+def pairs_table(
+    scenario_list: list[Scenario],
+    apps: list[str],
+    pair_summaries: dict[tuple[str, str], PairSummary],
+) -> str:
+    """Return the Markdown table of the paired runs."""
+    lines = [
+        "| scenario | paired with | service CPU µs/req | its CPU µs/req | service / it, median "
+        "| lowest - highest | rounds | as expected |",
+        "|---|---|---:|---:|---:|---|---:|---|",
+    ]
+    for scenario in scenario_list:
+        for app in apps:
+            pair = pair_summaries.get((app, scenario.key))
+            if pair is None:
+                continue
+            spread = (
+                "n/a"
+                if pair.lowest is None or pair.highest is None
+                else f"{pair.lowest:.2f} - {pair.highest:.2f}"
+            )
+            answered = f"{scenario.floor_key}" if app == FLOOR else scenario.key
+            lines.append(
+                f"| {scenario.key} {scenario.title} | {app} ({answered}) "
+                f"| {_number(pair.service_us)} | {_number(pair.other_us)} "
+                f"| {_number(pair.ratio, 2)}{'x' if pair.ratio is not None else ''} "
+                f"| {spread} | {pair.rounds} | {'yes' if pair.ok else '**no**'} |"
             )
     return "\n".join(lines)
 

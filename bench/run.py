@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import secrets
 import shutil
@@ -35,7 +36,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench import report, scale, scenarios, servers, wrk
+from bench import paired, report, scale, scenarios, servers, wrk
+from bench.paired import Pair, PairSummary
 from bench.report import FLOOR, SERVICE, Run, Summary
 from bench.scenarios import Credentials, Scenario
 from bench.servers import Server
@@ -164,6 +166,7 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
             check_answers(floor, floor_scenarios(scenario_list), credentials[FLOOR])
             apps = {server.name: server for server in [service, floor, *peers]}
             runs = measure(apps, scenario_list, credentials, args, folder)
+            pairs = measure_pairs(apps, scenario_list, credentials, args, folder)
         finally:
             servers.stop_all(started)
             warnings = {server.name: server.log_warnings() for server in started}
@@ -171,7 +174,17 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
         key: report.summarize(app_runs, expected_status(scenario_list, key[1]))
         for key, app_runs in runs.items()
     }
-    status, markdown = render(args, settings, scenario_list, list(apps), summaries)
+    pair_summaries = {
+        (name, key): paired.summarize(
+            pair_list,
+            expected_status(scenario_list, key),
+            expected_status(
+                scenario_list, floor_key_of(scenario_list, key) if name == FLOOR else key
+            ),
+        )
+        for (name, key), pair_list in pairs.items()
+    }
+    status, markdown = render(args, settings, scenario_list, list(apps), summaries, pair_summaries)
     return status, "\n".join([markdown, *report.log_warnings_section(warnings)])
 
 
@@ -188,6 +201,10 @@ def write_floor_answers(
     service_answers = {s.route: answers[s.key] for s in floor_scenarios(scenario_list)}
     path.write_text(json.dumps(scenarios.floor_answers(service_answers)))
     return path
+
+
+def floor_key_of(scenario_list: list[Scenario], key: str) -> str:
+    return next(s.floor_key for s in scenario_list if s.key == key)
 
 
 def expected_status(scenario_list: list[Scenario], key: str) -> int:
@@ -277,16 +294,61 @@ def one_run(
     args: argparse.Namespace,
     folder: Path,
     seconds: int,
+    connections: int | None = None,
 ) -> Run:
     """Run wrk once against ``server`` and return what it saw with the server's CPU time."""
     script = scenarios.wrk_script(scenario, credentials)
     before = server.cpu_seconds()
     result = wrk.run(
-        server.url + scenario.path, script, folder / "scenario.lua",
-        seconds=seconds, connections=args.connections, threads=args.threads,
+        server.url + scenario.path, script, folder / f"scenario-{server.listener.fileno()}.lua",
+        seconds=seconds, connections=connections or args.connections, threads=args.threads,
     )  # fmt: skip
     time.sleep(SETTLE_SECONDS)
     return Run(result, server.cpu_seconds() - before)
+
+
+def measure_pairs(
+    apps: dict[str, Server],
+    scenario_list: list[Scenario],
+    credentials: dict[str, Credentials],
+    args: argparse.Namespace,
+    folder: Path,
+) -> dict[tuple[str, str], list[Pair]]:
+    """Run the service beside each other app at once, on one CPU (bench/paired.py).
+
+    Keys: (the other app, the service's scenario); the floor answers the scenario it
+    is the measure of (its a for a* and e). Each wrk gets half the connections.
+    """
+    by_key = {scenario.key: scenario for scenario in scenario_list}
+    connections = max(1, args.connections // 2)
+    service = apps[SERVICE]
+    pairs: dict[tuple[str, str], list[Pair]] = {}
+    with paired.pinned(list(apps.values())):
+        for round_number in range(args.rounds):
+            for scenario in scenario_list:
+                for name, other in apps.items():
+                    if name == SERVICE:
+                        continue
+                    theirs = by_key[scenario.floor_key] if name == FLOOR else scenario
+                    mine = (service, scenario, credentials[SERVICE], args, folder, args.seconds)
+                    yours = (other, theirs, credentials[name], args, folder, args.seconds)
+                    pair = paired.run_pair(
+                        functools.partial(one_run, *mine, connections),
+                        functools.partial(one_run, *yours, connections),
+                    )
+                    pairs.setdefault((name, scenario.key), []).append(pair)
+                    pair_progress(round_number, scenario, name, pair)
+    return pairs
+
+
+def pair_progress(round_number: int, scenario: Scenario, name: str, pair: Pair) -> None:
+    ratio = pair.ratio
+    print(
+        f"round {round_number + 1} {scenario.key:2} paired with {name:26} "
+        f"{'n/a' if ratio is None else f'{ratio:5.2f}'}x",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def progress(round_number: int, scenario: Scenario, name: str, run: Run) -> None:
@@ -316,6 +378,9 @@ def settings_lines(args: argparse.Namespace, settings: dict[str, str]) -> list[s
         f"{args.warmup} s warm-up each; loopback",
         "- CPU µs/req: utime+stime of the gunicorn master and workers (/proc) over the "
         "requests wrk completed; medians over rounds; a* and e are compared with the floor's a",
+        "- paired runs (the targets): the service and one other app loaded at once, both "
+        "apps' gunicorn on one CPU, their two wrk (half the connections each) on the others; "
+        "the ratio of their CPU per request in each round, median over rounds (bench/paired.py)",
     ]
 
 
@@ -337,6 +402,7 @@ def render(
     scenario_list: list[Scenario],
     apps: list[str],
     summaries: dict[tuple[str, str], Summary],
+    pair_summaries: dict[tuple[str, str], PairSummary],
 ) -> tuple[int, str]:
     """Return the exit status and the Markdown report of a comparison."""
     mode = "short" if args.short else "full"
@@ -345,15 +411,27 @@ def render(
         "",
         *settings_lines(args, settings),
         *report.machine_description(),
+    ]
+    if not args.short:
+        peers = [name for name in apps if name in PEERS]
+        found = report.targets(scenario_list, pair_summaries, peers)
+        parts += ["", "## Targets (paired runs)", "", report.targets_table(found)]
+    parts += [
         "",
-        "## CPU per request, throughput and latency",
+        "## Paired runs: the service and another app at once, on one CPU",
+        "",
+        report.pairs_table(scenario_list, apps, pair_summaries),
+        "",
+        "## Each app alone: CPU per request, throughput and latency",
         "",
         report.results_table(scenario_list, apps, summaries),
     ]
-    if not args.short:
-        found = report.targets(scenario_list, summaries, [name for name in apps if name in PEERS])
-        parts += ["", "## Targets", "", report.targets_table(found)]
     wrong = [f"{app} {key}" for (app, key), summary in summaries.items() if not summary.ok]
+    wrong += [
+        f"{SERVICE} and {app} {key}, paired"
+        for (app, key), summary in pair_summaries.items()
+        if not summary.ok
+    ]
     if wrong:
         parts += ["", f"**Unexpected statuses or socket errors in: {', '.join(wrong)}**"]
     return (1 if wrong else 0), "\n".join(parts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -10,7 +12,7 @@ import time
 import jwt
 import pytest
 
-from bench import procstat, report, scale, scenarios, servers, wrk
+from bench import paired, procstat, report, scale, scenarios, servers, wrk
 from bench.report import Run, Summary
 
 WRK_OUTPUT = """\
@@ -147,21 +149,27 @@ def summary(cpu_us: float) -> Summary:
     return report.summarize([run_of(1000, cpu_us / 1000, {200: 1000})], 200)
 
 
-def test_targets_compare_with_the_floor_and_with_the_cheaper_peer():
+def pair_summary(service_us: float, other_us: float) -> paired.PairSummary:
+    pair = paired.Pair(run_of(1000, service_us / 1000, {200: 1000}),
+                       run_of(1000, other_us / 1000, {200: 1000}))  # fmt: skip
+    return paired.summarize([pair], 200, 200)
+
+
+def test_targets_are_judged_on_the_paired_ratios():
     scenario_list = scenarios.scenarios(3000)
     peers = ["peer one", "peer two"]
     costs = {
-        ("floor", "a"): 500, ("service", "a"): 500,  # 1.00x: met
-        ("service", "e"): 560,  # against the floor's a: 1.12x > 1.10x: missed
-        ("floor", "b"): 1000, ("service", "b"): 1250,  # 1.25x: met
-        ("floor", "c"): 1000, ("service", "c"): 1260,  # missed
-        ("peer one", "a"): 600, ("peer two", "a"): 499,  # service not below peer two
-        ("peer one", "b"): 1300, ("peer two", "b"): 1400,
+        ("floor", "a"): (500, 500),  # 1.00x: met
+        ("floor", "e"): (560, 500),  # against the floor's a: 1.12x > 1.10x: missed
+        ("floor", "b"): (1250, 1000),  # 1.25x: met
+        ("floor", "c"): (1260, 1000),  # missed
+        ("peer one", "a"): (500, 600), ("peer two", "a"): (500, 499),  # not below peer two
+        ("peer one", "b"): (1250, 1300), ("peer two", "b"): (1250, 1400),
+        ("peer one", "c"): (900, 1000),  # peer two not measured
     }  # fmt: skip
-    summaries = {key: summary(cost) for key, cost in costs.items()}
-    verdicts = {
-        target.what: target.met for target in report.targets(scenario_list, summaries, peers)
-    }
+    pair_summaries = {key: pair_summary(*cost) for key, cost in costs.items()}
+    found = {target.what: target for target in report.targets(scenario_list, pair_summaries, peers)}
+    verdicts = {what: target.met for what, target in found.items()}
     assert verdicts["a: service CPU/request vs floor a"] is True
     assert verdicts["e: service CPU/request vs floor a"] is False
     assert verdicts["b: service CPU/request vs floor b"] is True
@@ -170,6 +178,63 @@ def test_targets_compare_with_the_floor_and_with_the_cheaper_peer():
     assert verdicts["a: service CPU/request below both peers"] is False
     assert verdicts["b: service CPU/request below both peers"] is True
     assert verdicts["c: service CPU/request below both peers"] is None
+    assert found["b: service CPU/request below both peers"].value == "0.96x, 0.89x"
+
+
+def test_a_pair_summary_is_the_median_of_the_rounds_ratios_and_checks_both_statuses():
+    rounds = [
+        paired.Pair(run_of(1000, 0.30, {401: 1000}), run_of(1000, 0.20, {200: 1000})),
+        paired.Pair(run_of(1000, 0.50, {401: 1000}), run_of(1000, 0.25, {200: 1000})),
+        paired.Pair(run_of(1000, 0.45, {401: 1000}), run_of(1000, 0.50, {200: 1000})),
+    ]
+    summary = paired.summarize(rounds, 401, 200)
+    assert summary.ratio == pytest.approx(1.5)  # of 1.5, 2.0 and 0.9, not 0.45/0.25
+    assert (summary.lowest, summary.highest) == (pytest.approx(0.9), pytest.approx(2.0))
+    assert summary.service_us == pytest.approx(450)
+    assert summary.other_us == pytest.approx(250)
+    assert summary.rounds == 3
+    assert summary.ok
+    assert not paired.summarize(rounds, 401, 401).ok  # the other app's 200s were wrong
+    no_requests = paired.Pair(run_of(0, 0.1, {}), run_of(1000, 0.2, {200: 1000}))
+    assert no_requests.ratio is None
+    assert paired.summarize([no_requests], 401, 200).ratio is None
+
+
+def test_servers_get_the_last_cpu_and_wrk_the_others():
+    assert paired.split_cpus({0, 1}) == ({1}, {0})
+    assert paired.split_cpus({0, 2, 5}) == ({5}, {0, 2})
+    assert paired.split_cpus({3}) is None  # one CPU: nothing to pin
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_pinning_reaches_every_thread_of_the_master_and_its_children(tmp_path):
+    code = (
+        "import subprocess, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, flush=True); time.sleep(60)\n"
+    )
+    server = servers.Server("test", [], "", tmp_path, {}, tmp_path / "log")
+    master = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    server.process = master
+    child = None
+    try:
+        child = int(master.stdout.readline())
+        server_cpus, _ = paired.split_cpus(os.sched_getaffinity(0))
+        paired.pin(server, server_cpus)
+        tasks = [
+            int(task) for pid in (master.pid, child) for task in os.listdir(f"/proc/{pid}/task")
+        ]
+        assert len(tasks) >= 3  # the master's two threads and the child
+        assert all(os.sched_getaffinity(task) == server_cpus for task in tasks)
+    finally:
+        master.kill()
+        master.wait()
+        master.stdout.close()
+        server.listener.close()
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, 9)
 
 
 def test_minted_tokens_verify_with_the_apps_secret_and_forged_ones_do_not():
