@@ -22,7 +22,7 @@ class SyncRecorder:
     """Records, for each write statement run on a connection, the sync level in force."""
 
     def __init__(self, store: SQLiteTokenStore) -> None:
-        self.connection = store._open()  # this thread's connection: the one the store uses
+        self.connection = store._writer._get()  # the connection the store writes with
         self.level = self.current_level()
         self.writes: list[tuple[str, str]] = []
         self.connection.set_trace_callback(self.trace)

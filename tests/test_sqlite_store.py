@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import sqlite3
 import threading
 import time
@@ -10,7 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.store import Outcome, RefreshTokenPolicy, open_store, token_digest
+from app.sqlite_files import ProcessWriter, connect_wal
+from app.store import (
+    Outcome,
+    RefreshTokenPolicy,
+    StoreUnavailableError,
+    open_store,
+    token_digest,
+)
 from app.store.sqlite import SQLiteTokenStore
 from app.tokens import new_refresh_token
 
@@ -109,3 +117,89 @@ def test_spec_defaults_leave_the_new_columns_empty_so_the_partial_indexes_too(pa
             "SELECT expires_at, family, generation, retired_at FROM refresh_tokens"
         ).fetchone()
     assert row == (None, None, None, None)  # outside `WHERE ... IS NOT NULL` of both indexes
+
+
+# --- writes: one connection per process, taken in turn ----------------------------------
+
+
+def impatient_connection(path: str) -> sqlite3.Connection:
+    """A WAL connection that never waits in SQLite's busy handler: a locked file fails."""
+    return connect_wal(path, 0, "NORMAL", lambda c: c.execute(
+        "CREATE TABLE IF NOT EXISTS t (n INTEGER)"))  # fmt: skip
+
+
+def test_the_threads_of_a_process_write_in_turn_not_in_sqlites_busy_handler(path):
+    writer = ProcessWriter(lambda: impatient_connection(path), timeout=10)
+    start = threading.Barrier(8, timeout=10)
+
+    def write(thread: int) -> None:
+        start.wait()
+        for n in range(50):
+            with writer.connection() as connection:
+                connection.execute("BEGIN IMMEDIATE")  # fails at once if another holds it
+                connection.execute("INSERT INTO t VALUES (?)", (thread * 100 + n,))
+                connection.execute("COMMIT")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(8)))
+    with writer.connection() as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone() == (400,)
+    writer.close()
+
+
+def test_per_thread_connections_would_have_failed_there(path):
+    """The test above can fail: without the writer, the same writes meet in SQLite."""
+    failures = []
+    connections = [impatient_connection(path) for _ in range(8)]  # one per thread
+    start = threading.Barrier(8, timeout=10)
+
+    def write(thread: int) -> None:
+        connection = connections[thread]
+        start.wait()
+        try:
+            for n in range(50):
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("INSERT INTO t VALUES (?)", (thread * 100 + n,))
+                connection.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            failures.append(str(error))
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(8)))
+    assert "database is locked" in failures
+
+
+def test_a_write_waiting_longer_than_the_timeout_is_503_not_a_hang(path):
+    store = SQLiteTokenStore(path, timeout=0.2)
+    store.issue(new_refresh_token(), "alice")
+    # another thread's long write holds the process's turn
+    with store._writer.connection(), ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(store.issue, new_refresh_token(), "bob")
+        with pytest.raises(StoreUnavailableError, match="database is locked"):
+            waiting.result(timeout=10)
+    store.issue(new_refresh_token(), "bob")  # free again
+    assert store.count() == 2
+    store.close()
+
+
+def _write_in_child(store: SQLiteTokenStore, results) -> None:
+    token = new_refresh_token()
+    store.issue(token, "child")
+    results.put(token)
+
+
+def test_a_child_forked_while_its_parent_writes_has_a_free_turn(path):
+    store = SQLiteTokenStore(path, timeout=5)
+    store.issue(new_refresh_token(), "parent")
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    with store._writer.connection():  # held by the parent at fork time
+        child = context.Process(target=_write_in_child, args=(store, results))
+        child.start()
+        token = results.get(timeout=20)
+        child.join(20)
+    assert child.exitcode == 0
+    assert store.owner_of(token) == "child"
+    store.close()

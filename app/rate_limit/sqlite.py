@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from app.rate_limit import CountersUnavailableError
-from app.sqlite_files import ThreadConnections, connect_wal
+from app.sqlite_files import ProcessWriter, connect_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rate_limits (
@@ -51,14 +51,15 @@ def hit_statement(counters: int) -> str:
 class SQLiteCounters:
     """Fixed-window counters in the SQLite file at ``path``.
 
-    Connections open lazily, one per thread of each process, so nothing opened
-    before gunicorn forks is used by a worker.
+    Every hit is a write: one connection per process, opened lazily (so nothing
+    opened before gunicorn forks is used by a worker), which its threads take in
+    turn (app/sqlite_files.py).
     """
 
     def __init__(self, path: str, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
-        self._connections = ThreadConnections(self._connect)
+        self._writer = ProcessWriter(self._connect, timeout)
         self._next_purge = 0.0
 
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
@@ -78,21 +79,19 @@ class SQLiteCounters:
         return [counted[key] for key, _ in counters]
 
     def close(self) -> None:
-        """Close this thread's connection (reopened on next use)."""
-        self._connections.close()
+        """Close this process's connection (reopened on next use)."""
+        self._writer.close()
 
     @contextmanager
     def _answering(self) -> Iterator[sqlite3.Connection]:
-        """Yield this thread's connection; turn every failure into one error."""
+        """Yield the process's connection; turn every failure into one error."""
         try:
-            yield self._open()
+            with self._writer.connection() as connection:
+                yield connection
         except (sqlite3.Error, OSError) as error:
             raise CountersUnavailableError(
                 f"SQLite {self.path}: {type(error).__name__}: {error}"
             ) from error
-
-    def _open(self) -> sqlite3.Connection:
-        return self._connections.get()
 
     def _connect(self) -> sqlite3.Connection:
         # OFF: a crash of a process loses nothing in WAL mode; a power cut, a few counts

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.sqlite_files import ThreadConnections, connect_wal
+from app.sqlite_files import ProcessWriter, ThreadConnections, connect_wal
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
@@ -67,9 +67,10 @@ class SQLiteTokenStore(RefreshTokenStore):
     A live token, one that ``owner_of`` and the listings know, is neither retired
     nor expired: ``retired_at IS NULL AND (expires_at IS NULL OR expires_at > now)``.
 
-    Connections are opened lazily, one per thread of each process, so that
-    nothing opened before gunicorn forks is ever used by a worker. What reads
-    and changes several rows runs in one ``BEGIN IMMEDIATE`` transaction: the
+    Connections are opened lazily, so that nothing opened before gunicorn forks is
+    ever used by a worker: one per thread of each process for reads, and one per
+    process for writes, which its threads take in turn (app/sqlite_files.py). What
+    reads and changes several rows runs in one ``BEGIN IMMEDIATE`` transaction: the
     write lock is taken first, so no other process interleaves.
     """
 
@@ -85,12 +86,13 @@ class SQLiteTokenStore(RefreshTokenStore):
         self.timeout = timeout
         self.strict = durability == "strict"
         self._connections = ThreadConnections(self._connect)
+        self._writer = ProcessWriter(self._connect, timeout)
 
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
         issued_at = int(now)
         expires_at = issued_at + policy.lifetime if policy.lifetime else None
-        with self._connection() as connection:
+        with self._connection(write=True) as connection:
             if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
                 connection.execute(
                     "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
@@ -197,7 +199,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         return bool(rows)
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
-        with self._connection() as connection:
+        with self._connection(write=True) as connection:
             return _purge(connection, self.clock(), limit)
 
     def tokens_of(self, username: str) -> list[TokenRecord]:
@@ -250,20 +252,27 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def close(self) -> None:
         self._connections.close()
+        self._writer.close()
 
     @contextmanager
-    def _connection(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
-        """Yield this thread's connection; ``durable``: commit with ``synchronous = FULL``."""
+    def _connection(
+        self, *, write: bool = False, durable: bool = False
+    ) -> Iterator[sqlite3.Connection]:
+        """Yield this thread's connection to read, or the process's to ``write``;
+        ``durable`` (a write): commit with ``synchronous = FULL``."""
         try:
-            connection = self._open()
-            if not durable or self.strict:  # strict connections are FULL throughout
-                yield connection
+            if not (write or durable):
+                yield self._open()
                 return
-            connection.execute("PRAGMA synchronous = FULL")
-            try:
-                yield connection
-            finally:
-                connection.execute("PRAGMA synchronous = NORMAL")
+            with self._writer.connection() as connection:
+                if not durable or self.strict:  # strict connections are FULL throughout
+                    yield connection
+                    return
+                connection.execute("PRAGMA synchronous = FULL")
+                try:
+                    yield connection
+                finally:
+                    connection.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as error:
             raise StoreUnavailableError(f"SQLite store {self.path}: {error}") from error
 
