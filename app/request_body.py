@@ -20,6 +20,8 @@ from werkzeug.exceptions import (
 from app.config import MAX_BODY_BYTES
 
 FORM = "application/x-www-form-urlencoded"
+#: Content-Types that are exactly their mimetype, as clients mostly send them.
+PLAIN_TYPES = frozenset({FORM, "application/json"})
 #: More fields than any endpoint has, by far; a form with more is refused.
 MAX_FORM_FIELDS = 32
 #: Integers that a JavaScript client reads back exactly.
@@ -34,10 +36,13 @@ MAX_SHOWN_KEY = 64
 
 def read_fields() -> dict[str, Any]:
     """Return the request body's fields from JSON or a URL-encoded form; 400/413/415 if not."""
-    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+    environ = request.environ
+    if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() != "identity":
         raise UnsupportedMediaType("request body must not be compressed")
     data = _body()
-    mimetype = request.mimetype
+    content_type = environ.get("CONTENT_TYPE")
+    # the two usual types, exactly as sent, are their own mimetype: no parsing (3 µs)
+    mimetype = content_type if content_type in PLAIN_TYPES else request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json"):
         return _json_object(data)
     if mimetype == FORM:
@@ -105,9 +110,17 @@ def _looks_like_json(fields: dict[str, Any]) -> bool:
     return any(name.lstrip().startswith(("{", "[")) for name in fields)
 
 
+def _content_length(environ: dict[str, Any]) -> int | None:
+    """Return ``request.content_length``: the plain case read directly, werkzeug's otherwise."""
+    given = environ.get("CONTENT_LENGTH")
+    if given and given.isdigit() and given.isascii() and "HTTP_TRANSFER_ENCODING" not in environ:
+        return int(given)  # what werkzeug makes of digits alone, without its 3 µs of calls
+    return request.content_length
+
+
 def _body() -> bytes:
     """Return the raw body: at most MAX_BODY_BYTES (else 413), well framed (else 400)."""
-    length = request.content_length
+    length = _content_length(request.environ)
     if length is not None and length > MAX_BODY_BYTES:
         raise RequestEntityTooLarge()
     try:
