@@ -1,8 +1,9 @@
 """Scale mode: /token on a store of a million refresh tokens; workers' memory over many logins.
 
 (i) Two services run side by side, one on an empty store, one on a store prefilled with
-``--stored-tokens`` refresh tokens; ``POST /token`` rounds alternate between them, and
-the CPU per request on the full store must stay within 1.10x of the empty one's.
+``--stored-tokens`` refresh tokens; in each round both take ``POST /token`` at once, on
+one CPU (paired, as bench/paired.py explains), and the median of the rounds' ratios of
+CPU per request, full store over empty, must stay within 1.10x.
 (ii) On the empty-store service, after ``--warmup-logins`` logins, each worker's VmRSS
 is read, then again after ``--logins`` more: each must stay within ±10%.
 """
@@ -10,6 +11,7 @@ is read, then again after ``--logins`` more: each must stay within ±10%.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sqlite3
@@ -17,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import report, scenarios, servers, wrk
+from bench import paired, report, scenarios, servers, wrk
 from bench.report import Run
 from bench.servers import Server
 
@@ -113,8 +115,9 @@ def run(args: argparse.Namespace) -> tuple[int, str]:
 
 def refresh_rounds(
     services: list[Server], args: argparse.Namespace, folder: Path
-) -> dict[str, list[Run]]:
-    """Alternate ``POST /token`` runs between the services; return each one's runs."""
+) -> list[paired.Pair]:
+    """Run ``POST /token`` on both services at once, each round; return the pairs, the
+    full store's run as the pair's ``service``, the empty store's as its ``other``."""
     scripts = {}
     for server in services:
         tokens = scenarios.log_in(server.url)
@@ -125,30 +128,36 @@ def refresh_rounds(
             raise RuntimeError(f"{server.name}: POST /token answered {answer.status}")
         scripts[server.name] = wrk.fixed_request_script("POST", headers, body)
 
-    def one(server: Server, seconds: int) -> Run:
+    def one(server: Server, seconds: int, connections: int) -> Run:
         before = server.cpu_seconds()
         result = wrk.run(
-            f"{server.url}/token", scripts[server.name], folder / "token.lua",
-            seconds=seconds, connections=args.connections, threads=args.threads,
+            f"{server.url}/token", scripts[server.name],
+            folder / f"token-{server.listener.fileno()}.lua",
+            seconds=seconds, connections=connections, threads=args.threads,
         )  # fmt: skip
         time.sleep(0.2)
         return Run(result, server.cpu_seconds() - before)
 
     for server in services:
         if args.warmup:
-            one(server, args.warmup)
-    runs: dict[str, list[Run]] = {server.name: [] for server in services}
-    for round_number in range(args.rounds):
-        order = services if round_number % 2 == 0 else services[::-1]
-        for server in order:
-            run = one(server, args.seconds)
-            runs[server.name].append(run)
+            one(server, args.warmup, args.connections)
+    empty, full = services
+    half = max(1, args.connections // 2)
+    pairs = []
+    with paired.pinned(services):
+        for round_number in range(args.rounds):
+            pair = paired.run_pair(
+                functools.partial(one, full, args.seconds, half),
+                functools.partial(one, empty, args.seconds, half),
+            )
+            pairs.append(pair)
             print(
-                f"round {round_number + 1} POST /token {server.name:20} "
-                f"{run.cpu_us_per_request or 0:6.0f} µs/req statuses {run.wrk.statuses}",
+                f"round {round_number + 1} POST /token, full store over empty: "
+                f"{pair.ratio or 0:.2f}x statuses {pair.service.wrk.statuses} "
+                f"{pair.other.wrk.statuses}",
                 flush=True,
             )
-    return runs
+    return pairs
 
 
 def memory_over_logins(
@@ -216,19 +225,22 @@ def render(
     settings: dict[str, str],
     fill_seconds: float,
     total_stored: int,
-    token_runs: dict[str, list[Run]],
+    token_pairs: list[paired.Pair],
     memory: dict,
 ) -> tuple[int, str]:
     """Return the exit status and the Markdown report of the scale checks."""
-    summaries = {name: report.summarize(runs, 200) for name, runs in token_runs.items()}
-    empty, full = summaries.values()
-    cost_ratio = report.ratio(full.cpu_us, empty.cpu_us)
+    summaries = {
+        "service, empty store": report.summarize([pair.other for pair in token_pairs], 200),
+        "service, full store": report.summarize([pair.service for pair in token_pairs], 200),
+    }
+    cost_ratio = paired.summarize(token_pairs, 200, 200).ratio
     lines = [
         "# Benchmark (scale mode)",
         "",
         f"- store: {args.stored_tokens:,} refresh tokens put in the service's SQLite file "
         f"in {fill_seconds:.0f} s ({total_stored:,} at the end of the run); "
-        f"/token: {args.rounds} round(s) x {args.seconds} s per store, alternating",
+        f"/token: {args.rounds} round(s) x {args.seconds} s, both stores at once on one CPU "
+        "(paired), each with half the connections; the ratio is the median of the rounds'",
         f"- gunicorn (service's gunicorn.conf.py): workers={settings['workers']}, "
         f"worker_class={settings['worker_class']}; wrk: {args.threads} thread(s), "
         f"{args.connections} connections; loopback",
