@@ -16,9 +16,12 @@ The floor and the peers run under the service's worker settings (read from gunic
 ``--print-config``) with gunicorn's standard access log. Every server writes its logs
 to a file. The measure is the server's CPU time per request: utime + stime of the
 gunicorn master and its workers, from /proc, before and after each wrk run, divided
-by the requests wrk completed. Exit status: 0, even when a target is missed; 1 when a
-scenario answered a status it should not have or wrk saw socket errors; 2 when the
-bench could not run (a server did not start, wrk is missing).
+by the requests wrk completed. Each scenario runs twice: each app alone, on every core
+(req/s, latencies, statuses), then paired: the service and one other app at once, on one
+CPU (bench/paired.py says why); the targets are judged on the paired ratios. Exit
+status: 0, even when a target is missed; 1 when a scenario answered a status it should
+not have or wrk saw socket errors; 2 when the bench could not run (a server did not
+start, wrk is missing).
 """
 
 from __future__ import annotations
