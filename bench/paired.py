@@ -7,7 +7,7 @@ another therefore differ by more than the differences they are meant to show, an
 two apps loaded at once but left to roam over the cores each get a different share
 of fast and slow cores. Two apps loaded at once on the same one core share whatever
 that core does: the ratio of their costs per request is steady to a few percent
-(service against service: 0.97-1.03 over a run's rounds).
+(service against service: medians of 6 rounds 1.00 to 1.03, single rounds 0.82 to 1.10).
 
 So each pair runs both apps' gunicorn processes on the last CPU the bench may use,
 and their two wrk, each with half the connections, on the others. The targets are
