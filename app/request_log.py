@@ -147,7 +147,10 @@ class RequestLog:
             self._stamp = (second, text)
         return f"{text}.{int((now - second) * 1000):03d}Z"
 
-    def _fields(self, environ: dict[str, Any], notes: dict[str, str]) -> tuple[str, str | None]:
+    def _fields(
+        self, environ: dict[str, Any], notes: dict[str, str]
+    ) -> tuple[str, str | None, str]:
+        """Return what both formats show the same way: the path, the user and the level."""
         path = environ.get("PATH_INFO", "")
         if not path.isascii():  # WSGI gives the path's bytes as latin-1: show UTF-8, as routed
             path = path.encode("latin-1", "replace").decode("utf-8", "replace")
@@ -155,7 +158,8 @@ class RequestLog:
         user = notes.get("user")
         if user is not None and (len(user) >= 42 or "eyJ" in user):
             user = redact(user)  # a client that pasted a token as its username
-        return path, user
+        level = "WARNING" if notes.get("event") in WARNING_EVENTS else "INFO"
+        return path, user, level
 
     def _json_line(
         self,
@@ -166,10 +170,10 @@ class RequestLog:
         length: int,
         notes: dict[str, str],
     ) -> bytes:
-        path, user = self._fields(environ, notes)
+        path, user, level = self._fields(environ, notes)
         line = {
             "time": self._time(now),
-            "level": "WARNING" if notes.get("event") in WARNING_EVENTS else "INFO",
+            "level": level,
             "logger": "request",
             "method": environ["REQUEST_METHOD"],
             "path": path,
@@ -197,8 +201,7 @@ class RequestLog:
         length: int,
         notes: dict[str, str],
     ) -> bytes:
-        path, user = self._fields(environ, notes)
-        level = "WARNING" if notes.get("event") in WARNING_EVENTS else "INFO"
+        path, user, level = self._fields(environ, notes)
         line = (
             f"{self._time(now)} {level} request {environ.get('REMOTE_ADDR')} "
             f'"{environ["REQUEST_METHOD"]} {escaped(path)}" {status} {length}B '
