@@ -36,10 +36,10 @@ MAX_SHOWN_KEY = 64
 
 def read_fields() -> dict[str, Any]:
     """Return the request body's fields from JSON or a URL-encoded form; 400/413/415 if not."""
-    environ = request.environ
+    environ = request.environ  # once: each use of the request proxy costs about 1 µs
     if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() != "identity":
         raise UnsupportedMediaType("request body must not be compressed")
-    data = _body()
+    data = _body(environ)
     content_type = environ.get("CONTENT_TYPE")
     # the two usual types, exactly as sent, are their own mimetype: no parsing (3 µs)
     mimetype = content_type if content_type in PLAIN_TYPES else request.mimetype
@@ -118,20 +118,20 @@ def _content_length(environ: dict[str, Any]) -> int | None:
     return request.content_length
 
 
-def _body() -> bytes:
+def _body(environ: dict[str, Any]) -> bytes:
     """Return the raw body: at most MAX_BODY_BYTES (else 413), well framed (else 400)."""
-    length = _content_length(request.environ)
+    length = _content_length(environ)
     if length is not None and length > MAX_BODY_BYTES:
         raise RequestEntityTooLarge()
     try:
         if length is not None:
             # read once, straight from the server: werkzeug's get_data wraps the input
             # in a limited stream first, which costs more than this whole read
-            return request.environ["wsgi.input"].read(length) if length else b""
-        if "wsgi.input_terminated" not in request.environ:
+            return environ["wsgi.input"].read(length) if length else b""
+        if "wsgi.input_terminated" not in environ:
             return b""  # neither a length nor a framing server: nothing is safe to read
         # Chunked: read past the limit by one byte, so an oversized body is seen, not cut.
-        data: bytes = request.environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
+        data: bytes = environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
     except HTTPException:
         raise
     except Exception as error:  # the server's chunk parser (gunicorn: InvalidChunkSize ...)
@@ -221,12 +221,13 @@ def _refuse_constant(name: str) -> Any:
 def _form_fields(data: bytes) -> dict[str, Any]:
     try:
         # strict UTF-8, raw and percent-decoded alike: no silent replacement characters
-        pairs = parse_qsl(
-            data.decode("utf-8"),
-            keep_blank_values=True,
-            errors="strict",
-            max_num_fields=MAX_FORM_FIELDS,
-        )
+        text = data.decode("utf-8")
+        if "%" in text or "+" in text or text.count("&") >= MAX_FORM_FIELDS:
+            pairs = parse_qsl(
+                text, keep_blank_values=True, errors="strict", max_num_fields=MAX_FORM_FIELDS
+            )
+        else:  # nothing to decode: parse_qsl's pairs, split here in a third of its time
+            pairs = [_plain_pair(part) for part in text.split("&") if part]
     except UnicodeDecodeError:
         raise BadRequest("form body is not valid UTF-8") from None
     except ValueError:
@@ -237,6 +238,12 @@ def _form_fields(data: bytes) -> dict[str, Any]:
             raise BadRequest(f"{name} must be given once")
         fields[name] = value
     return fields
+
+
+def _plain_pair(part: str) -> tuple[str, str]:
+    """Return a form field without escapes as parse_qsl does: a name alone has ""."""
+    name, _, value = part.partition("=")
+    return name, value
 
 
 def _decimal(text: str) -> int | float | str:

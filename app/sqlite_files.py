@@ -17,6 +17,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 def connect_wal(
@@ -98,13 +99,28 @@ class ProcessWriter:
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
         """Yield the process's write connection, held by this thread alone until the end."""
-        if not self._lock.acquire(timeout=self.timeout):
-            # what SQLite says when its own busy timeout runs out
-            raise sqlite3.OperationalError("database is locked")
+        self._acquire()
         try:
             yield self._get()
         finally:
             self._lock.release()
+
+    def execute(self, sql: str, parameters: tuple[Any, ...]) -> None:
+        """Run one statement, its own transaction, on the process's write connection.
+
+        What ``connection()`` does for one statement, without its two generator frames
+        (a few µs that every login paid).
+        """
+        self._acquire()
+        try:
+            self._get().execute(sql, parameters)
+        finally:
+            self._lock.release()
+
+    def _acquire(self) -> None:
+        if not self._lock.acquire(timeout=self.timeout):
+            # what SQLite says when its own busy timeout runs out
+            raise sqlite3.OperationalError("database is locked")
 
     def _get(self) -> sqlite3.Connection:
         if self._connection is None or self._pid != os.getpid():  # never a parent's

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import pytest
+from werkzeug.exceptions import BadRequest
 from werkzeug.sansio.utils import get_content_length
 from werkzeug.test import EnvironBuilder
 from werkzeug.wrappers import Request
 
-from app.request_body import PLAIN_TYPES, _content_length
+from app.request_body import MAX_FORM_FIELDS, PLAIN_TYPES, _content_length, _form_fields
 from tests.conftest import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
@@ -55,3 +58,30 @@ def test_every_spelling_of_a_type_gets_the_same_answer(client, content_type, sta
         headers={**bearer(token), "Content-Type": content_type},
     )
     assert answer.status_code == status, answer.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "", "&", "&&", "a", "a=", "=", "=x", "a=b=c", "a=1&b=2", "a=1&&b=2&", "&a=1",
+        "username=bench&password=x", "a=1&a", "é=ü", "a=%41", "a+b=c+d", "a=%41&b=x",
+        "x" * 300 + "=1", "a=1;b=2",
+    ],
+)  # fmt: skip
+def test_a_form_reads_as_parse_qsl_reads_it(body):
+    expected = parse_qsl(body, keep_blank_values=True, errors="strict")
+    if len({name for name, _ in expected}) < len(expected):
+        with pytest.raises(BadRequest, match="must be given once"):
+            _form_fields(body.encode())
+    else:
+        assert _form_fields(body.encode()) == dict(expected)
+
+
+@pytest.mark.parametrize("escaped", [False, True])
+def test_a_form_of_too_many_fields_is_refused_with_or_without_escapes(escaped):
+    fields = [f"f{number}={'%41' if escaped else 'a'}" for number in range(MAX_FORM_FIELDS)]
+    assert len(_form_fields("&".join(fields).encode())) == MAX_FORM_FIELDS
+    with pytest.raises(BadRequest, match="more than"):
+        _form_fields("&".join([*fields, "one=more"]).encode())
+    with pytest.raises(BadRequest, match="more than"):
+        _form_fields("&".join([*fields, ""]).encode())  # parse_qsl counts the separators

@@ -92,30 +92,32 @@ class SQLiteTokenStore(RefreshTokenStore):
         now, policy = self.clock(), self.policy
         issued_at = int(now)
         expires_at = issued_at + policy.lifetime if policy.lifetime else None
-        with self._connection(write=True) as connection:
-            if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
-                connection.execute(
+        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
+            try:
+                self._writer.execute(
                     "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
                     (token_digest(token), username, issued_at),
                 )
-                return
-            with _transaction(connection):
-                if policy.lifetime:
-                    _purge(connection, now, PURGE_BATCH)
-                if policy.per_user:
-                    live = connection.execute(
-                        "SELECT digest, family FROM refresh_tokens"
-                        " WHERE username = ? AND retired_at IS NULL"
-                        " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, digest",
-                        (username, now),
-                    ).fetchall()
-                    for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
-                        _forget_live(connection, digest, family)
-                connection.execute(
-                    "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at)"
-                    " VALUES (?, ?, ?, ?)",
-                    (token_digest(token), username, issued_at, expires_at),
-                )
+            except sqlite3.Error as error:
+                raise self._unavailable(error) from error
+            return
+        with self._connection(write=True) as connection, _transaction(connection):
+            if policy.lifetime:
+                _purge(connection, now, PURGE_BATCH)
+            if policy.per_user:
+                live = connection.execute(
+                    "SELECT digest, family FROM refresh_tokens"
+                    " WHERE username = ? AND retired_at IS NULL"
+                    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, digest",
+                    (username, now),
+                ).fetchall()
+                for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
+                    _forget_live(connection, digest, family)
+            connection.execute(
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                (token_digest(token), username, issued_at, expires_at),
+            )
 
     def owner_of(self, token: str) -> str | None:
         with self._connection() as connection:
@@ -274,7 +276,10 @@ class SQLiteTokenStore(RefreshTokenStore):
                 finally:
                     connection.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as error:
-            raise StoreUnavailableError(f"SQLite store {self.path}: {error}") from error
+            raise self._unavailable(error) from error
+
+    def _unavailable(self, error: sqlite3.Error) -> StoreUnavailableError:
+        return StoreUnavailableError(f"SQLite store {self.path}: {error}")
 
     def _open(self) -> sqlite3.Connection:
         return self._connections.get()

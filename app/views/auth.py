@@ -61,9 +61,7 @@ def login() -> Response:
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
     note(user=username, event=LOGIN)  # the request log's line is the login's record
-    return json_response(
-        {"accessToken": _access_token(username, _role(username)), "refreshToken": refresh_token}
-    )
+    return json_response({"accessToken": _access_token(username), "refreshToken": refresh_token})
 
 
 @bp.post("/token")
@@ -88,7 +86,7 @@ def refresh() -> Response:
         )
         raise Unauthorized()
     note(user=username, event=REFRESH)
-    return json_response({"accessToken": _access_token(username, _role(username))})
+    return json_response({"accessToken": _access_token(username)})
 
 
 def _rotate(refresh_token: str, username: str) -> Response:
@@ -112,9 +110,7 @@ def _rotate(refresh_token: str, username: str) -> Response:
         raise Unauthorized()
     event = REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else REFRESH
     note(user=username, event=event, family=rotation.family)
-    return json_response(
-        {"accessToken": _access_token(username, _role(username)), "refreshToken": successor}
-    )
+    return json_response({"accessToken": _access_token(username), "refreshToken": successor})
 
 
 def check_password(username: str, password: str | None) -> None:
@@ -162,10 +158,8 @@ def revoke(refresh_token: str) -> Response:
     return bodiless(204)
 
 
-def _role(username: str) -> str:
-    return role_for(username, current_settings().admin_username)
-
-
-def _access_token(username: str, role: str) -> str:
+def _access_token(username: str) -> str:
+    """Return an access token for ``username`` with the role the settings give it."""
     settings = current_settings()
+    role = role_for(username, settings.admin_username)
     return issue_access_token(username, role, settings.signing_keys, settings.access_token_lifetime)
