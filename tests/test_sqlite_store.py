@@ -108,6 +108,56 @@ def test_purge_and_family_look_ups_go_through_their_indexes(path):
     store.close()
 
 
+def indexes(path: str) -> set[str]:
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        rows = database.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        return {name for (name,) in rows if not name.startswith("sqlite_")}
+
+
+def test_the_username_index_is_made_for_the_per_user_limit_and_then_kept(path):
+    store = open_store(f"sqlite:///{path}", timeout=2)
+    store.issue(new_refresh_token(), "alice")
+    store.close()
+    assert "refresh_tokens_by_username" not in indexes(path)  # a login writes one page less
+    limited = open_store(f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(per_user=1))
+    limited.issue(new_refresh_token(), "alice")
+    assert "refresh_tokens_by_username" in indexes(path)
+    assert len(limited.tokens_of("alice")) == 1  # the token from before the limit counted
+    limited.close()
+    again = open_store(f"sqlite:///{path}", timeout=2)  # another process may have the limit
+    again.ping()
+    again.close()
+    assert "refresh_tokens_by_username" in indexes(path)
+
+
+def test_the_per_user_limit_finds_a_users_tokens_through_its_index(path):
+    store = SQLiteTokenStore(path, timeout=2, policy=RefreshTokenPolicy(per_user=3))
+    store.ping()
+    live = query_plan(
+        store,
+        "SELECT digest, family FROM refresh_tokens WHERE username = ? AND retired_at IS NULL"
+        " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, digest",
+        "alice",
+        time.time(),
+    )
+    assert "refresh_tokens_by_username" in live
+    assert "SCAN" not in live
+    store.close()
+
+
+@pytest.mark.parametrize("per_user", [0, 2])
+def test_a_users_tokens_are_listed_and_revoked_with_or_without_the_index(path, per_user):
+    store = SQLiteTokenStore(path, timeout=2, policy=RefreshTokenPolicy(per_user=per_user))
+    for username in ["alice", "bob", "alice", "carol", "alice"]:
+        store.issue(new_refresh_token(), username)
+    assert len(store.tokens_of("alice")) == (2 if per_user else 3)
+    assert store.revoke_all("alice") == (2 if per_user else 3)
+    assert store.tokens_of("alice") == []
+    assert [record.username for record in store.tokens_of("bob")] == ["bob"]
+    assert store.count() == 2
+    store.close()
+
+
 def test_spec_defaults_leave_the_new_columns_empty_so_the_partial_indexes_too(path):
     store = open_store(f"sqlite:///{path}", timeout=2)
     store.issue(new_refresh_token(), "alice")
