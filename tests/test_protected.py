@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import string
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ServiceKey, bearer, login, make_token, unsigned_token, valid_claims
 
@@ -419,6 +422,24 @@ def test_bearer_token_follows_rfc_6750(app, value, token):
 
     with app.test_request_context(headers={"Authorization": value}):
         assert bearer_token() == token
+
+
+B64TOKEN_ALPHABET = string.ascii_letters + string.digits + "-._~+/"
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # the app is only read
+@given(token=st.text(alphabet=B64TOKEN_ALPHABET + "= ,\t\n\u0117\u0661\uff21", max_size=12))
+def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(app, token):
+    from app.security import bearer_token
+
+    # 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=", spelled out plainly
+    body = token.rstrip("=")
+    expected = token if body and all(c in B64TOKEN_ALPHABET for c in body) else None
+    environ = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    with app.test_request_context(environ_overrides=environ):
+        assert bearer_token() == expected
 
 
 def test_no_authorization_header_is_no_bearer_token(app):
