@@ -387,16 +387,20 @@ def settings_lines(args: argparse.Namespace, settings: dict[str, str]) -> list[s
     ]
 
 
-def code_version() -> str:
+def code_version(root: Path = servers.ROOT) -> str:
+    """Return the commit measured, and which tracked files differed from it, if any."""
+
     def git(*arguments: str) -> str:
         return subprocess.run(
-            ["git", *arguments], cwd=servers.ROOT, capture_output=True, text=True,
+            ["git", *arguments], cwd=root, capture_output=True, text=True,
             timeout=10, check=False,
         ).stdout.strip()  # fmt: skip
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
-    changed = git("status", "--porcelain", "--untracked-files=no")
-    return commit + (" with uncommitted changes" if changed else "")
+    changed = git("diff", "HEAD", "--name-only").split()
+    if not changed:
+        return commit
+    return f"{commit} with uncommitted changes to {', '.join(changed)}"
 
 
 def render(

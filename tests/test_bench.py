@@ -284,3 +284,26 @@ def test_counted_logins_end_when_the_store_grew_enough_or_stopped_growing(tmp_pa
     assert stalled() is False
     time.sleep(0.3)
     assert stalled() is True  # a failed login leaves the count short: stop anyway
+
+
+def test_the_report_names_the_commit_and_the_files_changed_since(tmp_path):
+    from bench.run import code_version
+
+    def git(*arguments: str) -> None:
+        subprocess.run(["git", *arguments], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "app.py").write_text("one\n")
+    (tmp_path / "README.md").write_text("one\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    commit = code_version(tmp_path)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert commit == head.stdout.strip()
+    (tmp_path / "README.md").write_text("two\n")
+    (tmp_path / "notes.txt").write_text("untracked: not the measured code\n")
+    assert code_version(tmp_path) == f"{commit} with uncommitted changes to README.md"
+    (tmp_path / "app.py").write_text("two\n")
+    assert code_version(tmp_path) == f"{commit} with uncommitted changes to README.md, app.py"
