@@ -397,7 +397,7 @@ def code_version(root: Path = servers.ROOT) -> str:
         ).stdout.strip()  # fmt: skip
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
-    changed = git("diff", "HEAD", "--name-only").split()
+    changed = git("diff", "HEAD", "--name-only").splitlines()
     if not changed:
         return commit
     return f"{commit} with uncommitted changes to {', '.join(changed)}"
