@@ -51,6 +51,13 @@ def parse_address(text: str) -> IPAddress | None:
     return address
 
 
+@functools.lru_cache(maxsize=ADDRESSES_CACHED)
+def canonical_address(text: str) -> str | None:
+    """Return ``text`` as an IP address in its canonical form, or None if it is not one."""
+    address = parse_address(text)
+    return None if address is None else str(address)
+
+
 def last_value(header: str) -> str:
     """Return the last of a header's comma-separated values: the nearest proxy's."""
     return header.rsplit(",", 1)[-1].strip()
@@ -76,10 +83,10 @@ class TrustedProxies:
         """Return the client's address: the first untrusted one, from the right."""
         client = peer
         for entry in reversed(forwarded_for.split(",")):
-            address = parse_address(entry.strip())
+            address = canonical_address(entry.strip())
             if address is None:
                 break  # not an address: the request is the last trusted hop's
-            client = str(address)
+            client = address
             if not self.is_trusted(client):
                 break
         return client
@@ -92,8 +99,8 @@ class TrustedProxies:
 
     def apply(self, environ: dict[str, Any], peer: str) -> None:
         """Rewrite ``environ`` from the headers a trusted proxy sent."""
-        address = parse_address(peer)
-        environ["REMOTE_ADDR"] = peer = str(address)  # canonical, as the limiter counts it
+        # canonical, as the limiter counts it (a trusted peer is an address)
+        environ["REMOTE_ADDR"] = peer = canonical_address(peer) or peer
         forwarded_for = environ.get("HTTP_X_FORWARDED_FOR")
         if forwarded_for:
             environ["REMOTE_ADDR"] = self.client(peer, forwarded_for)
