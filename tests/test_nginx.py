@@ -193,6 +193,15 @@ def test_forwarded_headers_are_ignored_without_a_trusted_proxy(gunicorn_server):
     )
     assert status == 200
     assert request_log_line(server, "direct")["client"] == CLIENT_ADDRESS
+    # a loopback peer forwarding: a proxy that is not trusted, warned of once per process
+    request_from(CLIENT_ADDRESS, server.port, "GET", "/healthz", headers=headers)
+    warnings = [
+        line
+        for line in server.log_path.read_text().splitlines()
+        if "TRUSTED_PROXIES is empty" in line
+    ]
+    assert len(warnings) == 1
+    assert json.loads(warnings[0])["level"] == "WARNING"
 
 
 def test_nginx_access_log_redacts_the_refresh_token(proxy):
