@@ -38,7 +38,7 @@ $(INSTALLED): requirements.txt requirements-dev.txt | venv
 $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 	if command -v npm >/dev/null; then npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund --loglevel=error; fi
 
-run: $(INSTALLED)  ## serve with gunicorn on HOST:PORT (default 0.0.0.0:8080)
+run: $(INSTALLED)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 in a container)
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store

@@ -5,6 +5,7 @@ the service before any worker starts, with one clear line. This also creates the
 instance folder and the generated signing secret before the workers fork.
 """
 
+import ipaddress
 import multiprocessing
 import os
 import shutil
@@ -45,7 +46,7 @@ loglevel = settings.log_level.lower()
 logconfig_dict = logging_config(settings.log_format, settings.log_level)
 # gunicorn's logger, but for the access lines it would otherwise build for nothing
 logger_class = ServiceGunicornLogger
-# X-Forwarded-* are trusted by the app alone, through TRUSTED_PROXY_HOPS (ProxyFix);
+# X-Forwarded-* are trusted by the app alone, from the TRUSTED_PROXIES (app/proxy.py);
 # gunicorn would otherwise believe X-Forwarded-Proto from any loopback client.
 forwarded_allow_ips = ""
 # gunicorn's control socket is one fixed path per user; several instances would clash.
@@ -74,6 +75,16 @@ def on_exit(server):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def reachable_addresses(server: Any) -> list[str]:
+    """Return the addresses gunicorn listens on that other hosts may reach (not loopback)."""
+    reachable = []
+    for listener in server.LISTENERS:
+        address = listener.sock.getsockname()
+        if isinstance(address, tuple) and not ipaddress.ip_address(address[0]).is_loopback:
+            reachable.append(str(listener))
+    return reachable
+
+
 def when_ready(server: Any) -> None:
     """Warn once per start, in the master, of a login that checks no password, or all."""
     if settings.users_file is None:
@@ -81,6 +92,14 @@ def when_ready(server: Any) -> None:
             "USERS_FILE is not set: /login accepts any username with any password (SPEC.md's"
             " open login); set USERS_FILE and add users with `flask users add NAME`"
         )
+        reachable = reachable_addresses(server)
+        if reachable:
+            server.log.warning(
+                "WARNING: OPEN LOGIN ON THE NETWORK: listening on %s without USERS_FILE, so"
+                " anyone who can reach this host can get an admin token; set USERS_FILE, or"
+                " listen on loopback (HOST=127.0.0.1) behind a proxy",
+                ", ".join(reachable),
+            )
     elif not os.path.exists(settings.users_file):
         server.log.warning(
             "USERS_FILE %s does not exist: every login is refused until `flask users add`"

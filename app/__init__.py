@@ -8,12 +8,12 @@ from types import FunctionType
 from typing import Any
 
 from flask import Flask
-from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
 from app.metrics import init_metrics
+from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
 from app.store import init_store
@@ -77,9 +77,9 @@ def configure(app: Flask, settings: Settings) -> None:
 
 
 def wrap_request_path(app: Flask, settings: Settings) -> None:
-    """Wrap the app in the request log (which feeds the metrics), then in ProxyFix."""
+    """Wrap the app in the request log (which feeds the metrics), then in the proxy headers."""
     metrics = init_metrics(app, settings.metrics)
-    # inside ProxyFix: the request log shows the client address the app sees
+    # inside app.proxy: the request log shows the client address the app sees
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,
@@ -87,8 +87,6 @@ def wrap_request_path(app: Flask, settings: Settings) -> None:
         headers=SECURITY_HEADERS,
         observe=metrics.observe if metrics is not None else None,
     )
-    if settings.trusted_proxy_hops:
-        hops = settings.trusted_proxy_hops
-        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
-            app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops, x_prefix=hops
-        )
+    app.wsgi_app = wrap_forwarded_headers(  # type: ignore[method-assign,assignment]
+        app.wsgi_app, settings.trusted_proxies, settings.trusted_proxy_prefix
+    )

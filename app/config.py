@@ -333,11 +333,15 @@ class Settings:
     admin_username: str = _setting("ADMIN_USERNAME", _admin_username, "admin")
     access_token_lifetime: int = _setting("ACCESS_TOKEN_LIFETIME", _int_between(1, 86_400), 60)
     clock_skew: int = _setting("CLOCK_SKEW", _int_between(0, 300), DEFAULT_CLOCK_SKEW)
-    host: str = _setting("HOST", _host, "0.0.0.0")
+    #: Loopback: the open login (no USERS_FILE) mints admin tokens; 0.0.0.0 in containers.
+    host: str = _setting("HOST", _host, "127.0.0.1")
     port: int = _setting("PORT", _int_between(1, 65_535), 8080)
     token_store_url: str = _setting("TOKEN_STORE_URL", _non_empty, "")
     instance_path: str = _setting("INSTANCE_PATH", _absolute_path, DEFAULT_INSTANCE_PATH)
-    trusted_proxy_hops: int = _setting("TRUSTED_PROXY_HOPS", _int_between(0, 10), 0)
+    #: The reverse proxies whose X-Forwarded-* are believed (app/proxy.py); (): none.
+    trusted_proxies: tuple[IPNetwork, ...] = _setting("TRUSTED_PROXIES", _networks, ())
+    #: Whether a trusted proxy's X-Forwarded-Prefix moves the app under a path.
+    trusted_proxy_prefix: bool = _setting("TRUSTED_PROXY_PREFIX", _boolean, False)
     log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
     log_format: str = _setting("LOG_FORMAT", _one_of("json", "text"), "json")
     metrics: bool = _setting("METRICS", _boolean, True)
@@ -400,6 +404,11 @@ class Settings:
         """
         source: dict[str, Any] = dict(os.environ if environ is None else environ)
         source.update(overrides or {})
+        if "TRUSTED_PROXY_HOPS" in source:  # an old config must fail, not trust the wrong peers
+            raise ConfigError(
+                "TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's addresses"
+                " instead (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
+            )
         known = {setting.metadata["env"] for setting in fields(cls)}
         unknown = {
             key

@@ -1,15 +1,17 @@
 """The request log: one line per request on standard output, and an X-Request-ID on each answer.
 
-It replaces gunicorn's access log. A WSGI middleware inside ProxyFix, so the
-client address is the one the app sees; it times the app, reads the status and
-length off the response, and writes one line with one ``os.write`` (atomic on a
+It replaces gunicorn's access log. A WSGI middleware inside ``app.proxy``, so the
+client address is the one the app sees (an IP address); it times the app, reads the
+status and length off the response, and writes one line with one ``os.write`` (atomic on a
 pipe for lines under 4 KiB, so workers never interleave). Views add what only
 they know, the authenticated user, why a request was refused, or the security
 event it was (a login, a refresh refused...), with ``note``: a security event
 that happens on a request is that request's line, never a second one.
 Nothing secret is ever written: the query string is left out, the path of
 ``DELETE /token/<refreshToken>`` is redacted, and so is anything shaped like a
-token elsewhere in the path or the username.
+token elsewhere in the path or the username. In the text format every field a
+client can shape is one word or one JSON string, with every character that is not
+printable escaped, so no value can end a line or pass for another field.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import orjson
 from flask import request
 
-from app.logging_config import REQUEST_ID_KEY, escaped, timestamp
+from app.logging_config import REQUEST_ID_KEY, timestamp
 from app.redaction import redact, redacted_path
 
 #: Key under which a request's notes (user, reason...) wait in the WSGI environ.
@@ -39,6 +41,9 @@ FAILED = "500 INTERNAL SERVER ERROR"
 NOTED_FIELDS = ("reason", "revoked", "event", "family")
 #: Security events whose line is a WARNING rather than INFO.
 WARNING_EVENTS = frozenset({"refresh_token_reuse"})
+
+#: Characters that end a bare word of a text line, or start a quoted one.
+WORD_BREAKS = frozenset(' "\\')
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -56,6 +61,32 @@ def note(**fields: str) -> None:
     notes = request.environ.get(NOTES_KEY)
     if notes is not None:  # None: a request that did not come through the request log
         notes.update(fields)
+
+
+def quoted(text: str) -> str:
+    """Return ``text`` as a JSON string whose every character is printable (one line, always)."""
+    dumped = json.dumps(text, ensure_ascii=False)  # escapes C0 controls, quote and backslash
+    if dumped.isprintable():
+        return dumped
+    # DEL, C1 controls, U+2028 and the like: line breaks to some readers, tricks to eyes
+    return "".join(char if char.isprintable() else _escaped_code_point(char) for char in dumped)
+
+
+def _escaped_code_point(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # beyond the BMP: a UTF-16 surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def word(text: str | None) -> str:
+    """Return ``text`` as one word of a text line: bare when plain, else quoted; None is -."""
+    if text is None:
+        return "-"
+    if text and text != "-" and text.isprintable() and WORD_BREAKS.isdisjoint(text):
+        return text
+    return quoted(text)
 
 
 def request_id(environ: dict[str, Any]) -> str:
@@ -203,12 +234,12 @@ class RequestLog:
     ) -> bytes:
         path, user, level = self._fields(environ, notes)
         line = (
-            f"{self._time(now)} {level} request {environ.get('REMOTE_ADDR')} "
-            f'"{environ["REQUEST_METHOD"]} {escaped(path)}" {status} {length}B '
-            f"{duration * 1000:.3f}ms user={escaped(user) if user else '-'} "
+            f"{self._time(now)} {level} request {word(environ.get('REMOTE_ADDR'))} "
+            f"{quoted(environ['REQUEST_METHOD'] + ' ' + path)} {status} {length}B "
+            f"{duration * 1000:.3f}ms user={word(user)} "
             f"request_id={environ[REQUEST_ID_KEY]}"
         )
         for name in NOTED_FIELDS:
             if name in notes:
-                line += f" {name}={escaped(notes[name])}"
+                line += f" {name}={word(notes[name])}"
         return (line + "\n").encode("utf-8", "backslashreplace")

@@ -23,8 +23,8 @@ def test_defaults(monkeypatch, tmp_path):
     assert settings.admin_username == "admin"
     assert settings.access_token_lifetime == 60
     assert settings.clock_skew == 30
-    assert (settings.host, settings.port) == ("0.0.0.0", 8080)
-    assert settings.trusted_proxy_hops == 0
+    assert (settings.host, settings.port) == ("127.0.0.1", 8080)
+    assert (settings.trusted_proxies, settings.trusted_proxy_prefix) == ((), False)
     assert settings.auth_cookie_name == "jwt"
     assert settings.instance_path == str(tmp_path / "instance")
     assert (
@@ -71,7 +71,9 @@ def test_overrides_win_over_the_environment(monkeypatch):
         ("PORT", "http", "PORT must be a whole number"),
         ("PORT", "70000", "PORT must be between"),
         ("ADMIN_USERNAME", "", "ADMIN_USERNAME must not be empty"),
-        ("TRUSTED_PROXY_HOPS", "-1", "TRUSTED_PROXY_HOPS must be between 0 and 10"),
+        ("TRUSTED_PROXIES", "nginx", "TRUSTED_PROXIES must be comma-separated addresses"),
+        ("TRUSTED_PROXIES", "10.0.0.1/8", "TRUSTED_PROXIES must be comma-separated addresses"),
+        ("TRUSTED_PROXY_PREFIX", "maybe", "TRUSTED_PROXY_PREFIX must be"),
         ("TOKEN_STORE_URL", "mysql://x", "TOKEN_STORE_URL must start with"),
         ("TOKEN_STORE_URL", "sqlite:///:memory:", "TOKEN_STORE_URL needs a file path"),
         ("TOKEN_STORE_URL", "redis://127.0.0.1:notaport/0", "not a usable Redis URL"),
@@ -159,7 +161,7 @@ def test_gunicorn_config_binds_the_port_setting():
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
     )
-    assert result.stdout.strip() == "['0.0.0.0:9123'] 3"
+    assert result.stdout.strip() == "['127.0.0.1:9123'] 3"
 
 
 @pytest.mark.parametrize(
@@ -375,3 +377,36 @@ def test_refresh_token_settings_are_read_at_their_edges():
 def test_bad_refresh_token_settings_refuse_to_start(overrides, message):
     with pytest.raises(ConfigError, match=message):
         Settings.load(overrides)
+
+
+def test_trusted_proxies_are_addresses_and_networks():
+    settings = Settings.load(
+        {"TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,", "TRUSTED_PROXY_PREFIX": "true"}
+    )
+    assert [str(network) for network in settings.trusted_proxies] == [
+        "127.0.0.1/32",
+        "::1/128",
+        "10.1.0.0/16",
+    ]
+    assert settings.trusted_proxy_prefix is True
+
+
+@pytest.mark.parametrize("value", ["0", "1", ""])
+def test_the_old_trusted_proxy_hops_setting_stops_the_service(value):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load(environ={"TRUSTED_PROXY_HOPS": value})
+    assert str(raised.value) == (
+        "TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's addresses instead"
+        " (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
+    )
+
+
+def test_gunicorn_config_refuses_the_old_trusted_proxy_hops_in_one_line():
+    env = {"PATH": os.environ["PATH"], "TRUSTED_PROXY_HOPS": "1"}
+    command = [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "configuration error: TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's"
+        " addresses instead (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
+    ]

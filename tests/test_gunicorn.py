@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
+import os
+import random
 import socket
 import stat
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import jwt
 import pytest
+import requests
 
-from tests.conftest import fresh
+from tests.conftest import ROOT, free_port, fresh, stop_process, wait_until
 
 pytestmark = pytest.mark.gunicorn
 
@@ -199,3 +208,205 @@ def test_connections_stay_open_between_requests(gunicorn_server):
                 answer += chunk
             assert answer.startswith(b"HTTP/1.1 200 ")
             assert b"Connection: close" not in answer
+
+
+# --- forwarded headers, straight to gunicorn ------------------------------------------
+
+#: Addresses and values a client sent in X-Forwarded-For to escape the rate limit.
+SPOOFS = {
+    "loopback": lambda n: "127.0.0.1",
+    "mapped loopback": lambda n: "::ffff:127.0.0.1",
+    "long ::1": lambda n: "0:0:0:0:0:0:0:1",
+    "other loopback": lambda n: "127.255.1.2",
+    "random address": lambda n: f"198.51.{n}.{random.randrange(1, 255)}",
+    "not an address": lambda n: f"client-{n}-{random.randrange(10**6)}",
+}
+#: Every spoofed address above would be exempt if it were believed; the test clients'
+#: own addresses (127.0.0.20 and up) are not.
+SPOOF_EXEMPT = "127.0.0.1/32, 127.255.0.0/16, ::1"
+LIMIT = 5
+
+
+def refreshes_until_refused(port: int, source: str, spoof) -> list[int]:
+    """Send LIMIT + 1 refreshes from ``source``, each with a spoofed X-Forwarded-For."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=10, source_address=(source, 0)
+    )
+    statuses = []
+    try:
+        for n in range(LIMIT + 1):
+            body = json.dumps({"username": "alice", "refreshToken": "x" * 42})
+            headers = {"Content-Type": "application/json", "X-Forwarded-For": spoof(n)}
+            connection.request("POST", "/token", body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            statuses.append(response.status)
+    finally:
+        connection.close()
+    return statuses
+
+
+def logged_clients(server) -> set[str]:
+    return {
+        json.loads(line)["client"]
+        for line in server.log_path.read_text().splitlines()
+        if line.startswith('{"time"') and '"logger":"request"' in line and "/token" in line
+    }
+
+
+@pytest.mark.store("sqlite")  # the counters' store is not what this is about
+@pytest.mark.parametrize(
+    ("trusted", "spoofs"),
+    [
+        ("", list(SPOOFS)),  # the default: no proxy trusted, every spoof is the peer's own
+        # the peer is trusted, the header believed: a forwarded address is never exempt
+        # (each counted as itself; ::ffff:127.0.0.1 would share 127.0.0.1's counter)
+        ("127.0.0.0/8", ["loopback", "long ::1", "other loopback"]),
+    ],
+)
+def test_every_spoof_sent_straight_to_gunicorn_is_counted_and_limited(
+    gunicorn_server, trusted, spoofs
+):
+    env = {
+        "RATE_LIMIT_AUTH": f"{LIMIT} per minute",
+        "RATE_LIMIT_EXEMPT": SPOOF_EXEMPT,
+        "LOG_LEVEL": "INFO",
+    }
+    if trusted:
+        env["TRUSTED_PROXIES"] = trusted
+    server = gunicorn_server(env, workers=1)
+    sources = [f"127.0.0.{20 + number}" for number in range(len(spoofs))]
+    for source, name in zip(sources, spoofs, strict=True):
+        statuses = refreshes_until_refused(server.port, source, SPOOFS[name])
+        assert statuses == [401] * LIMIT + [429], name
+    if not trusted:
+        wait_until(lambda: len(logged_clients(server)) == len(sources), 5, "request log")
+        assert logged_clients(server) == set(sources)  # the peer, never the header
+
+
+@pytest.mark.store("sqlite")
+def test_a_direct_gunicorn_tolerates_workers_times_threads_slow_header_clients(gunicorn_server):
+    # Measured for the README: a connection whose headers never end holds one thread
+    # (gthread reads headers blocking, with no timeout), so WEB_CONCURRENCY x 4 threads
+    # of them stall the service. Behind nginx, nginx holds them instead.
+    server = gunicorn_server(workers=1)  # 1 worker x 4 threads (gunicorn.conf.py)
+    slow: list[socket.socket] = []
+    try:
+        for number in range(4):
+            connection = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            connection.sendall(b"POST /login HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n")
+            slow.append(connection)
+            time.sleep(0.3)  # the worker hands it a thread
+            if number < 3:
+                assert fresh_get(server.url, timeout=5) == 200, number
+        with pytest.raises(requests.Timeout):
+            fresh_get(server.url, timeout=2)  # the fourth took the last thread
+        slow.pop().close()
+        assert fresh_get(server.url, timeout=5) == 200
+    finally:
+        for connection in slow:
+            connection.close()
+
+
+def fresh_get(url: str, timeout: float) -> int:
+    with requests.Session() as session:
+        return session.get(f"{url}/healthz", timeout=timeout).status_code
+
+
+# --- the bind address -------------------------------------------------------------------
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Return the local addresses of the sockets listening on ``port`` (IPv4 and IPv6)."""
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, _, state = line.split()[1:4]
+            address, port_hex = local.split(":")
+            if state == "0A" and int(port_hex, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                if width == 8:
+                    found.add(str(ipaddress.IPv4Address(raw[::-1])))
+                else:  # four little-endian 32-bit words
+                    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                    found.add(str(ipaddress.IPv6Address(words)))
+    return found
+
+
+def test_make_run_listens_on_loopback_only(tmp_path):
+    recipe = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-C", str(ROOT), "run", f"VENV={tmp_path}/venv"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.splitlines()[-1]  # fmt: skip
+    assert recipe == f"{tmp_path}/venv/bin/gunicorn -c gunicorn.conf.py wsgi:app"
+    port = free_port()
+    env = {
+        "PATH": os.environ["PATH"],
+        "PORT": str(port),
+        "WEB_CONCURRENCY": "1",
+        "INSTANCE_PATH": str(tmp_path / "instance"),
+    }
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: "Booting worker" in log.read_text(), 20, "gunicorn")
+            assert listening_addresses(port) == {"127.0.0.1"}
+            assert fresh_get(f"http://127.0.0.1:{port}", timeout=10) == 200
+        finally:
+            stop_process(process)
+    text = log.read_text()
+    assert "USERS_FILE is not set" in text
+    assert "OPEN LOGIN ON THE NETWORK" not in text
+
+
+WHEN_READY = """
+import runpy, sys
+conf = runpy.run_path("gunicorn.conf.py")
+host, port = conf["bind"][0].rsplit(":", 1)
+class Socket:
+    def getsockname(self):
+        return (host.strip("[]"), int(port))
+class Listener:
+    sock = Socket()
+    def __str__(self):
+        return "http://" + conf["bind"][0]
+class Log:
+    def warning(self, message, *args):
+        print(message % args)
+class Server:
+    LISTENERS = [Listener()]
+    log = Log()
+conf["when_ready"](Server())
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "warned"),
+    [
+        ({"HOST": "0.0.0.0"}, True),
+        ({"HOST": "::"}, True),
+        ({"HOST": "192.0.2.10"}, True),
+        ({}, False),
+        ({"HOST": "::1"}, False),
+        ({"HOST": "127.0.0.2"}, False),
+        ({"HOST": "0.0.0.0", "USERS_FILE": "users.json"}, False),
+    ],
+)
+def test_an_open_login_on_a_network_address_is_warned_of_at_start(tmp_path, env, warned):
+    # when_ready with the listener gunicorn would make of HOST (no socket is bound here)
+    if "USERS_FILE" in env:
+        env = {**env, "USERS_FILE": str(tmp_path / env["USERS_FILE"])}
+    result = subprocess.run(
+        [sys.executable, "-c", WHEN_READY],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "INSTANCE_PATH": str(tmp_path / "i"), **env},
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    loud = [line for line in result.stdout.splitlines() if "OPEN LOGIN ON THE NETWORK" in line]
+    assert len(loud) == (1 if warned else 0), result.stdout
+    if warned:
+        assert "anyone who can reach this host can get an admin token" in loud[0]

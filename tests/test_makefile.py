@@ -27,6 +27,8 @@ def test_make_help_lists_every_target_with_its_description():
     assert targets <= set(listed), targets - set(listed)
     for target in ("run", "test", "test-fast", "lint", "format", "clean", "bench", "help"):
         assert listed[target].strip(), target
+    # make run listens on loopback (tests/test_gunicorn.py starts it): the help says so
+    assert "default 127.0.0.1:8080" in listed["run"]
 
 
 def test_make_refuses_an_old_python_in_one_line_and_makes_no_venv(tmp_path):

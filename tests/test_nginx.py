@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import requests
@@ -22,6 +24,8 @@ from tests.conftest import ROOT, Gunicorn, free_port, require_tool, stop_process
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
 SITE = ROOT / "deploy" / "nginx" / "token-service.conf"
+#: The address nginx connects to gunicorn from: the one proxy the service trusts.
+NGINX_ADDRESS = "127.0.0.1/32"
 #: A loopback address other than 127.0.0.1, so the client is told apart from the proxy.
 CLIENT_ADDRESS = "127.0.0.3"
 #: Two more clients for the rate limit, which counts per client address.
@@ -71,7 +75,10 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
 
     def start(backend: Gunicorn | None = None, metrics_network: str | None = None) -> Proxy:
         if backend is None:
-            backend = gunicorn_server({"TRUSTED_PROXY_HOPS": "1", "LOG_LEVEL": "INFO"}, workers=2)
+            # The app's own rate limit counts each client behind nginx too (its tests are
+            # below); off here, so that nginx's limit is the one these tests measure.
+            env = {"TRUSTED_PROXIES": NGINX_ADDRESS, "LOG_LEVEL": "INFO", "RATE_LIMIT_AUTH": "off"}
+            backend = gunicorn_server(env, workers=2)
         port, prefix = free_port(), tmp_path / f"nginx-{len(started)}"
         prefix.mkdir()
         access_log = prefix / "access.log"
@@ -179,13 +186,22 @@ def test_client_address_comes_from_the_proxy_not_from_the_client(proxy):
 
 
 def test_forwarded_headers_are_ignored_without_a_trusted_proxy(gunicorn_server):
-    server = gunicorn_server({"LOG_LEVEL": "INFO"}, workers=1)  # TRUSTED_PROXY_HOPS=0
+    server = gunicorn_server({"LOG_LEVEL": "INFO"}, workers=1)  # no TRUSTED_PROXIES
     headers = {"Content-Type": "application/json", "X-Forwarded-For": "203.0.113.66"}
     status, _, _ = request_from(
         CLIENT_ADDRESS, server.port, "POST", "/login", json.dumps({"username": "direct"}), headers
     )
     assert status == 200
     assert request_log_line(server, "direct")["client"] == CLIENT_ADDRESS
+    # a loopback peer forwarding: a proxy that is not trusted, warned of once per process
+    request_from(CLIENT_ADDRESS, server.port, "GET", "/healthz", headers=headers)
+    warnings = [
+        line
+        for line in server.log_path.read_text().splitlines()
+        if "TRUSTED_PROXIES is empty" in line
+    ]
+    assert len(warnings) == 1
+    assert json.loads(warnings[0])["level"] == "WARNING"
 
 
 def test_nginx_access_log_redacts_the_refresh_token(proxy):
@@ -386,7 +402,7 @@ def connections_to(port: int) -> set[tuple[str, str]]:
 
 def test_nginx_keeps_connections_to_a_gthread_gunicorn_alive(start_proxy, gunicorn_server):
     backend = gunicorn_server(
-        {"TRUSTED_PROXY_HOPS": "1", "GUNICORN_CMD_ARGS": "-k gthread --threads 2"}, workers=1
+        {"TRUSTED_PROXIES": NGINX_ADDRESS, "GUNICORN_CMD_ARGS": "-k gthread --threads 2"}, workers=1
     )
     proxy = start_proxy(backend=backend)
     before = connections_to(backend.port)
@@ -394,3 +410,108 @@ def test_nginx_keeps_connections_to_a_gthread_gunicorn_alive(start_proxy, gunico
         for _ in range(30):
             assert session.get(f"{proxy.url}/healthz", timeout=10).status_code == 200
     assert len(connections_to(backend.port) - before) <= 1  # 30 requests, at most one new
+
+
+# --- forwarded headers: nginx's view of the client, counted by the app --------------
+
+#: What a client sent in X-Forwarded-For to pass for the host or for someone else.
+SPOOFS = [
+    "127.0.0.1",
+    "::ffff:127.0.0.1",
+    "0:0:0:0:0:0:0:1",
+    "127.255.1.2",
+    "random",
+    "not an address",
+]
+APP_LIMIT = 5
+
+
+def test_a_client_on_nginxs_own_address_cannot_name_another_one(start_proxy, gunicorn_server):
+    # nginx sends $remote_addr alone: a client list after a trusted address is never read
+    backend = gunicorn_server({"TRUSTED_PROXIES": NGINX_ADDRESS, "LOG_LEVEL": "INFO"}, workers=1)
+    proxy = start_proxy(backend=backend)
+    headers = {**JSON, "X-Forwarded-For": "203.0.113.66"}
+    body = json.dumps({"username": "local"})
+    assert request_from("127.0.0.1", proxy.port, "POST", "/login", body, headers)[0] == 200
+    assert request_log_line(backend, "local")["client"] == "127.0.0.1"
+
+
+def spoof_value(spoof: str, number: int) -> str:
+    if spoof == "random":
+        return f"198.51.100.{random.randrange(1, 255)}"
+    return f"{spoof} {number}" if spoof == "not an address" else spoof
+
+
+def test_spoofs_through_nginx_are_ignored_and_each_client_is_counted_as_itself(
+    start_proxy, gunicorn_server
+):
+    backend = gunicorn_server(
+        {
+            "TRUSTED_PROXIES": NGINX_ADDRESS,
+            "RATE_LIMIT_AUTH": f"{APP_LIMIT} per minute",  # RATE_LIMIT_EXEMPT: the default
+            "LOG_LEVEL": "INFO",
+        },
+        workers=1,
+    )
+    proxy = start_proxy(backend=backend)
+    clients = [f"127.0.0.{40 + number}" for number in range(len(SPOOFS))]
+    body = json.dumps({"username": "alice", "refreshToken": "x" * 42})
+    for client, spoof in zip(clients, SPOOFS, strict=True):
+        answers = [
+            request_from(
+                client,
+                proxy.port,
+                "POST",
+                "/token",
+                body,
+                {**JSON, "X-Forwarded-For": spoof_value(spoof, number)},
+            )
+            for number in range(APP_LIMIT + 1)
+        ]
+        assert [status for status, _, _ in answers] == [401] * APP_LIMIT + [429], spoof
+        assert answers[-1][1]["Cache-Control"] == "no-store"  # the app's 429, not nginx's
+
+    def logged() -> list[str]:
+        lines = backend.log_path.read_text().splitlines()
+        entries = [json.loads(line) for line in lines if line.startswith("{")]
+        return [entry["client"] for entry in entries if entry.get("path") == "/token"]
+
+    wait_until(lambda: len(logged()) == len(clients) * (APP_LIMIT + 1), 5, "request log")
+    assert sorted(set(logged())) == sorted(clients)
+
+
+@pytest.mark.parametrize("prefix_trusted", ["false", "true"])
+def test_a_clients_forwarded_prefix_never_reaches_the_login_redirect(
+    start_proxy, gunicorn_server, prefix_trusted
+):
+    # believed by the app or not, nginx clears the client's X-Forwarded-Prefix
+    from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
+
+    provider = HostileProvider()
+    try:
+        backend = gunicorn_server(
+            {
+                "TRUSTED_PROXIES": NGINX_ADDRESS,
+                "TRUSTED_PROXY_PREFIX": prefix_trusted,
+                "OIDC_PROVIDERS": "corp",
+                "OIDC_CORP_ISSUER": provider.issuer,
+                "OIDC_CORP_CLIENT_ID": CLIENT_ID,
+                "OIDC_CORP_CLIENT_SECRET": CLIENT_SECRET,
+            },
+            workers=1,
+        )
+        proxy = start_proxy(backend=backend)
+        headers = {
+            "X-Forwarded-Prefix": "/evil",
+            "X-Forwarded-Host": "evil.example",
+            "X-Forwarded-Port": "666",
+            "X-Forwarded-Proto": "https",
+        }
+        status, answer, _ = request_from(
+            CLIENT_ADDRESS, proxy.port, "GET", "/auth/corp/login", headers=headers
+        )
+    finally:
+        provider.stop()
+    assert status == 302
+    query = dict(parse_qsl(urlsplit(answer["Location"]).query))
+    assert query["redirect_uri"] == f"{proxy.url}/auth/corp/callback"

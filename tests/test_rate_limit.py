@@ -194,6 +194,50 @@ def test_exempt_networks_are_never_limited(make_app):
     assert log_in(client, "127.0.0.1").status_code == 429  # loopback is no longer exempt
 
 
+#: Addresses a client sent to pass for the host itself, in the security review.
+EXEMPT_SPOOFS = ["127.0.0.1", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1", "127.255.1.2", "::1"]
+
+
+def forwarded_log_in(client, forwarded_for: str, peer: str = "127.0.0.1"):
+    return client.post(
+        "/login",
+        json={"username": "alice"},
+        headers={"X-Forwarded-For": forwarded_for},
+        environ_base={"REMOTE_ADDR": peer},
+    )
+
+
+@pytest.mark.parametrize("spoof", EXEMPT_SPOOFS)
+def test_an_exempt_address_from_a_trusted_proxys_header_is_counted(make_app, spoof):
+    client = make_app(
+        RATE_LIMIT_AUTH="2 per minute", TRUSTED_PROXIES="127.0.0.1/32, ::1"
+    ).test_client()
+    statuses = [forwarded_log_in(client, spoof).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    # the proxy's own requests, with no forwarded address, are still the host's: exempt
+    assert all(log_in(client, "127.0.0.1").status_code == 200 for _ in range(3))
+
+
+def test_values_that_are_no_address_share_the_proxys_counter(make_app):
+    client = make_app(RATE_LIMIT_AUTH="2 per minute", TRUSTED_PROXIES="127.0.0.1/32").test_client()
+    statuses = [forwarded_log_in(client, f"nobody-{n}").status_code for n in range(3)]
+    assert statuses == [200, 200, 429]  # counted as the proxy, each value no counter of its own
+    assert forwarded_log_in(client, "203.0.113.70").status_code == 200  # a real client's own
+
+
+def test_a_peer_that_is_no_address_gets_no_counter_of_its_own(make_app):
+    client = make_app(RATE_LIMIT_AUTH="2 per minute").test_client()
+    statuses = [log_in(client, f"socket-{n}").status_code for n in range(3)]
+    assert statuses == [200, 200, 429]
+
+
+def test_the_check_takes_the_forwarded_mark_outside_a_request(make_app):
+    limiter = make_app(RATE_LIMIT_AUTH="1 per minute").extensions["rate_limiter"]
+    assert [limiter.check("login", "127.0.0.1") for _ in range(2)] == [None, None]
+    assert limiter.check("login", "127.0.0.1", forwarded=True) is None
+    assert limiter.check("login", "127.0.0.1", forwarded=True) is not None
+
+
 def test_rate_limit_off_never_refuses_and_keeps_no_counters(make_app, instance_path):
     client = make_app(RATE_LIMIT_AUTH="off").test_client()
     assert client.application.extensions["rate_limiter"] is None
@@ -385,7 +429,7 @@ def test_the_limit_holds_across_the_workers_of_a_host(gunicorn_server, signing_s
     server = gunicorn_server(
         {
             "SIGNING_SECRET": signing_secret,
-            "TRUSTED_PROXY_HOPS": "1",
+            "TRUSTED_PROXIES": "127.0.0.1/32",
             "RATE_LIMIT_AUTH": f"{LIMIT} per minute",
             "USERS_FILE": str(users_file),
         },
@@ -397,7 +441,7 @@ def test_the_limit_holds_across_the_workers_of_a_host(gunicorn_server, signing_s
     assert statuses.count(429) == BURST - LIMIT
     assert all(1 <= int(wait) <= 60 for _, status, wait in answers if status == 429)
     assert workers_holding(server, SQLITE_FILE_NAME) >= 2  # several workers counted
-    # another address has its own budget; the host itself is never limited
+    # another address has its own budget; the host itself (no forwarded address) is exempt
     login = {"username": "user0", "password": BURST_PASSWORD}
     assert fresh("POST", f"{server.url}/login", json=login).status_code == 200
 
@@ -412,7 +456,7 @@ def test_the_limit_holds_across_two_hosts_sharing_one_redis(
     shared = {
         "SIGNING_SECRET": signing_secret,
         "TOKEN_STORE_URL": redis_store.url,
-        "TRUSTED_PROXY_HOPS": "1",
+        "TRUSTED_PROXIES": "127.0.0.1/32",
         "RATE_LIMIT_AUTH": f"{LIMIT} per minute",
     }
     hosts = [

@@ -3,6 +3,7 @@ and never a credential, on any endpoint, however the client spells it."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -13,6 +14,8 @@ import time
 import pytest
 from flask import redirect
 from gunicorn.glogging import Logger as GunicornLogger
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.logging_config import ServiceGunicornLogger
 from app.request_log import MAX_REQUEST_ID_LENGTH
@@ -160,7 +163,172 @@ def test_text_format_escapes_what_could_forge_a_line(make_app, capfd):
     client.get('/nope%0A2026-01-01T00:00:00.000Z%20INFO%20request%20"forged"')
     out = capfd.readouterr().out
     assert len(out.splitlines()) == 1
-    assert '"GET "/nope\\n2026-01-01T00:00:00.000Z INFO request \\"forged\\""" 404' in out
+    assert '"GET /nope\\n2026-01-01T00:00:00.000Z INFO request \\"forged\\"" 404' in out
+
+
+# --- no line can be forged ------------------------------------------------------------
+
+#: The forwarded value of the security review: it appended a fake login to the line.
+FORGED_LOGIN = '203.0.113.9 "POST /login" 200 336B 0.300ms user=admin event=login ##'
+TEXT_LINE = re.compile(r"(?P<time>\S+) (?P<level>INFO|WARNING) request (?P<rest>.*)\n", re.DOTALL)
+DECODER = json.JSONDecoder()
+
+
+def read_word(text: str, at: int) -> tuple[str | None, int]:
+    """Return the word of a text line starting at ``at`` (bare, or a JSON string) and its end."""
+    if text[at] == '"':
+        value, end = DECODER.raw_decode(text, at)
+        return value, end
+    end = text.find(" ", at)
+    end = len(text) if end == -1 else end
+    bare = text[at:end]
+    return (None if bare == "-" else bare), end
+
+
+def parse_text_line(line: str) -> dict:
+    """Parse one request line of LOG_FORMAT=text back into its fields; fail if it is not one."""
+    match = TEXT_LINE.fullmatch(line)
+    assert match, line
+    rest = match["rest"]
+    client, at = read_word(rest, 0)
+    assert rest[at : at + 2] == ' "', rest
+    request, at = read_word(rest, at + 1)
+    method, path = request.split(" ", 1)
+    status, length, duration, rest = rest[at + 1 :].split(" ", 3)
+    assert re.fullmatch(r"\d+B \d+\.\d{3}ms", f"{length} {duration}"), line
+    fields = {"client": client, "method": method, "path": path, "status": int(status)}
+    at = 0
+    while at < len(rest):
+        key_end = rest.index("=", at)
+        key = rest[at:key_end]
+        assert re.fullmatch(r"[a-z_]+", key), (key, line)
+        assert key not in fields, (key, line)
+        fields[key], at = read_word(rest, key_end + 1)
+        assert at == len(rest) or rest[at] == " ", line
+        at += 1
+    return fields
+
+
+def log_of(settings: dict[str, str], environ: dict, user: str | None = None) -> bytes:
+    """Return what the service's middleware (proxy headers, request log) writes for one request."""
+    from app.proxy import wrap_forwarded_headers
+    from app.request_log import NOTES_KEY, RequestLog
+
+    def view(environ: dict, start_response) -> list[bytes]:
+        if user is not None:
+            environ[NOTES_KEY]["user"] = user
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"{}"]
+
+    read, write = os.pipe()
+    try:
+        log = RequestLog(view, text=settings.get("LOG_FORMAT") == "text", fd=write)
+        proxies = tuple(
+            ipaddress.ip_network(item)
+            for item in settings.get("TRUSTED_PROXIES", "").split(",")
+            if item
+        )
+        app = wrap_forwarded_headers(log, proxies, prefix=False)
+        base = {"REQUEST_METHOD": "GET", "PATH_INFO": "/healthz", "REMOTE_ADDR": "127.0.0.1"}
+        list(app({**base, **environ}, lambda status, headers, exc_info=None: None))
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        return pipe.read()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_reviews_forwarded_value_forges_no_login_line(log_format):
+    out = log_of(
+        {"LOG_FORMAT": log_format, "TRUSTED_PROXIES": "127.0.0.1/32"},
+        {"HTTP_X_FORWARDED_FOR": FORGED_LOGIN},
+    )
+    assert len(out.splitlines()) == 1
+    text = out.decode()
+    fields = parse_text_line(text) if log_format == "text" else json.loads(text)
+    # not an address: the request is the proxy's, and the value is not in the line at all
+    assert (fields["client"], fields["path"], fields["user"]) == ("127.0.0.1", "/healthz", None)
+    assert "admin" not in text
+    assert "203.0.113.9" not in text
+
+
+def test_a_client_address_that_is_no_word_is_quoted_in_the_text_line():
+    # REMOTE_ADDR from a server that does not check it: the line still has one client field
+    out = log_of({"LOG_FORMAT": "text"}, {"REMOTE_ADDR": FORGED_LOGIN}).decode()
+    fields = parse_text_line(out)
+    assert (fields["client"], fields["user"], "event" in fields) == (FORGED_LOGIN, None, False)
+    assert out.split(" ")[3] == '"203.0.113.9'
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("alice", "alice"),
+        ("Zoë", "Zoë"),
+        ("-", '"-"'),
+        ("", '""'),
+        ("a b", '"a b"'),
+        ("a=b", "a=b"),
+        ('a"b', '"a\\"b"'),
+        ("a\\b", '"a\\\\b"'),
+        ("a\u2028b", '"a\\u2028b"'),
+        ("a\x85b", '"a\\u0085b"'),
+        ("a\x7fb", '"a\\u007fb"'),
+        ("a\u202eb", '"a\\u202eb"'),
+        ("\U000e0041", '"\\udb40\\udc41"'),
+        ("\ud800", '"\\ud800"'),
+    ],
+)
+def test_text_words_are_bare_when_plain_and_quoted_with_every_unprintable_escaped(value, shown):
+    from app.request_log import word
+
+    assert word(value) == shown
+    assert read_word(shown, 0) == (value if value != "-" else "-", len(shown))
+
+
+ANY_TEXT = st.text(max_size=80)
+#: Paths as a server hands them over: UTF-8 bytes read as latin-1 (no lone surrogates).
+PATH_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    forwarded=ANY_TEXT,
+    path=PATH_TEXT,
+    user=st.one_of(st.none(), st.text(max_size=41).filter(lambda user: "eyJ" not in user)),
+    request_id=ANY_TEXT,
+    trusted=st.booleans(),
+)
+def test_any_header_path_or_user_is_one_line_that_parses_back(
+    forwarded, path, user, request_id, trusted
+):
+    from app.proxy import parse_address
+    from app.redaction import redacted_path
+
+    path = "/" + path
+    environ = {
+        "PATH_INFO": path.encode().decode("latin-1"),
+        "HTTP_X_FORWARDED_FOR": forwarded,
+        "HTTP_X_REQUEST_ID": request_id,
+    }
+    settings = {"TRUSTED_PROXIES": "127.0.0.1/32" if trusted else ""}
+    text = log_of({**settings, "LOG_FORMAT": "text"}, environ, user)
+    assert text.endswith(b"\n")
+    assert len(text.decode().splitlines()) == 1, text
+    line = log_of({**settings, "LOG_FORMAT": "json"}, environ, user)
+    assert line.endswith(b"\n")
+    assert len(line.splitlines()) == 1, line  # bytes: split at \n and \r, as JSON Lines are
+    for fields in (parse_text_line(text.decode()), json.loads(line)):
+        assert parse_address(fields["client"]) is not None  # only ever an IP address
+        assert (fields["method"], fields["path"]) == ("GET", redacted_path(path)[:512])
+        assert (fields["status"], fields["user"]) == (200, user)
+        sane = re.fullmatch(r"[A-Za-z0-9._-]{1,128}", request_id)
+        assert (
+            fields["request_id"] == request_id
+            if sane
+            else GENERATED_ID.fullmatch(fields["request_id"])
+        )
+        assert set(fields) <= FIELDS | {"duration_ms", "bytes"}
 
 
 # --- X-Request-ID -------------------------------------------------------------------

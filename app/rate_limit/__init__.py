@@ -1,8 +1,10 @@
 """Rate limits per client address on /login and /token (RATE_LIMIT_AUTH).
 
 Each endpoint counts on its own, per client address as the app sees it
-(``request.remote_addr``, after ProxyFix): IPv4 addresses one by one, IPv6 ones by
-their /64 (what one subscriber gets), and never the networks of RATE_LIMIT_EXEMPT.
+(``request.remote_addr``, after ``app.proxy``): IPv4 addresses one by one, IPv6 ones by
+their /64 (what one subscriber gets), and never the networks of RATE_LIMIT_EXEMPT, unless
+the address came from a trusted proxy's X-Forwarded-For (a client is never exempt by
+saying it is the host itself). Anything that is not an IP address shares one counter.
 The counters live where every worker and every host sees them, so N allowed per
 window means at most N answered, whichever worker serves them: in the token store's
 Redis (``app.rate_limit.redis``), or in a SQLite file beside the token store
@@ -31,10 +33,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from flask import Flask, current_app
+from flask import Flask, current_app, has_request_context, request
 from limits import RateLimitItem
 
 from app.config import IPNetwork, Settings
+from app.proxy import FORWARDED_KEY, parse_address
 from app.request_log import note
 
 EXTENSION_KEY = "rate_limiter"
@@ -47,6 +50,8 @@ RETRY_AFTER_FAILURE = 1.0
 FAILURE_LOG_INTERVAL = 60.0
 #: Distinct client addresses whose key each process remembers.
 KEYS_CACHED = 4096
+#: The one counter of every request whose address is missing or not an IP address.
+UNKNOWN_CLIENT = "unknown"
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +101,21 @@ class RateLimiter:
         self._lock = threading.Lock()
         self.client_key = functools.lru_cache(maxsize=KEYS_CACHED)(self._client_key)
 
-    def check(self, endpoint: str, address: str | None) -> int | None:
+    def check(
+        self, endpoint: str, address: str | None, forwarded: bool | None = None
+    ) -> int | None:
         """Count a request to ``endpoint`` from ``address``: None if it may go on, else
-        the seconds until the window that refused it frees (at least 1)."""
-        key = self.client_key(address)
-        if key is None:
-            return None  # an exempt address
+        the seconds until the window that refused it frees (at least 1).
+
+        ``forwarded``: whether ``address`` came from X-Forwarded-For, which no exemption
+        covers; None reads it from the current request.
+        """
+        key, exempt = self.client_key(address)
+        if exempt:
+            if forwarded is None:
+                forwarded = has_request_context() and FORWARDED_KEY in request.environ
+            if not forwarded:
+                return None
         if self._unchecked_until and time.monotonic() < self._unchecked_until:
             self._storage_failed(None)
             return None
@@ -120,21 +134,15 @@ class RateLimiter:
         ]
         return max(1, math.ceil(max(waits))) if waits else None
 
-    def _client_key(self, address: str | None) -> str | None:
-        """Return whom an address counts as (None: not limited); cached per address."""
-        if not address:
-            return "unknown"
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return address[:64]  # what a trusted proxy forwarded, counted as it is
-        if ip.version == 6 and ip.ipv4_mapped:  # ::ffff:192.0.2.1 on a dual-stack socket
-            ip = ip.ipv4_mapped
-        if any(ip in network for network in self.exempt):
-            return None
+    def _client_key(self, address: str | None) -> tuple[str, bool]:
+        """Return whom an address counts as, and whether it is exempt; cached per address."""
+        ip = parse_address(address) if address else None  # ::ffff:192.0.2.1 is 192.0.2.1
+        if ip is None:
+            return UNKNOWN_CLIENT, False  # never a counter per made-up value
+        exempt = any(ip in network for network in self.exempt)
         if ip.version == 6:  # one subscriber's prefix, not each of its 2**64 addresses
-            return str(ipaddress.IPv6Network((ip, 64), strict=False))
-        return str(ip)
+            return str(ipaddress.IPv6Network((ip, 64), strict=False)), exempt
+        return str(ip), exempt
 
     def _storage_failed(self, error: Exception | None) -> None:
         """Let the request through, count it, and log it at most once a minute."""
