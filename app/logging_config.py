@@ -25,11 +25,41 @@ REQUEST_ID_KEY = "token_service.request_id"
 RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
-def escaped(text: str) -> str:
-    """Return ``text`` as one unambiguous word of a text line: JSON-quoted unless plain."""
-    if text.isprintable() and not any(char in text for char in ' "\\'):
+#: Characters that end a bare word of a text line, or start a quoted one.
+WORD_BREAKS = frozenset(' "\\')
+
+
+def quoted(text: str) -> str:
+    """Return ``text`` as a JSON string whose every character is printable (one line, always)."""
+    dumped = json.dumps(text, ensure_ascii=False)  # escapes C0 controls, quote and backslash
+    if dumped.isprintable():
+        return dumped
+    # DEL, C1 controls, U+2028 and the like: line breaks to some readers, tricks to eyes
+    return "".join(char if char.isprintable() else _escaped_code_point(char) for char in dumped)
+
+
+def _escaped_code_point(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # beyond the BMP: a UTF-16 surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def word(text: str | None) -> str:
+    """Return ``text`` as one word of a text line: bare when plain, else quoted; None is -."""
+    if text is None:
+        return "-"
+    if text and text != "-" and text.isprintable() and WORD_BREAKS.isdisjoint(text):
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return quoted(text)
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` with every character that is not printable escaped: one line, always."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else quoted(char)[1:-1] for char in text)
 
 
 def structured_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -81,13 +111,13 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{timestamp(record.created)} {record.levelname} {record.name}: "
-        line += record.getMessage()
+        line += one_line(record.getMessage())  # a message quoting client input stays one line
         request_id = _request_id()
         if request_id:
             line += f" request_id={request_id}"
         for name, value in structured_fields(record).items():
             text = value if isinstance(value, str) else json.dumps(value, default=str)
-            line += f" {name}={escaped(text)}"
+            line += f" {name}={word(text)}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return redact(line)

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from flask import request
 
-from app.logging_config import REQUEST_ID_KEY, timestamp
+from app.logging_config import REQUEST_ID_KEY, quoted, timestamp, word
 from app.redaction import redact, redacted_path
 
 #: Key under which a request's notes (user, reason...) wait in the WSGI environ.
@@ -41,9 +41,6 @@ FAILED = "500 INTERNAL SERVER ERROR"
 NOTED_FIELDS = ("reason", "revoked", "event", "family")
 #: Security events whose line is a WARNING rather than INFO.
 WARNING_EVENTS = frozenset({"refresh_token_reuse"})
-
-#: Characters that end a bare word of a text line, or start a quoted one.
-WORD_BREAKS = frozenset(' "\\')
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -61,32 +58,6 @@ def note(**fields: str) -> None:
     notes = request.environ.get(NOTES_KEY)
     if notes is not None:  # None: a request that did not come through the request log
         notes.update(fields)
-
-
-def quoted(text: str) -> str:
-    """Return ``text`` as a JSON string whose every character is printable (one line, always)."""
-    dumped = json.dumps(text, ensure_ascii=False)  # escapes C0 controls, quote and backslash
-    if dumped.isprintable():
-        return dumped
-    # DEL, C1 controls, U+2028 and the like: line breaks to some readers, tricks to eyes
-    return "".join(char if char.isprintable() else _escaped_code_point(char) for char in dumped)
-
-
-def _escaped_code_point(char: str) -> str:
-    code = ord(char)
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    code -= 0x10000  # beyond the BMP: a UTF-16 surrogate pair, as JSON spells it
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def word(text: str | None) -> str:
-    """Return ``text`` as one word of a text line: bare when plain, else quoted; None is -."""
-    if text is None:
-        return "-"
-    if text and text != "-" and text.isprintable() and WORD_BREAKS.isdisjoint(text):
-        return text
-    return quoted(text)
 
 
 def request_id(environ: dict[str, Any]) -> str:

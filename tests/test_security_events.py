@@ -177,3 +177,15 @@ def test_fields_given_in_extra_are_redacted_and_never_replace_the_lines_own(form
     assert JWT not in line
     if isinstance(formatter, JsonFormatter):
         assert json.loads(line)["level"] == "INFO"
+
+
+@pytest.mark.parametrize("unprintable", ["\n", "\r", "\u2028", "\u0085", "\x7f", "\u202e"])
+def test_a_text_line_stays_one_line_whatever_its_message_and_fields_hold(unprintable):
+    text = f"a{unprintable}2026-01-01T00:00:00.000Z ERROR forged: line"
+    logged = record(event="login", user=text)
+    logged.msg, logged.args = "unknown role %s", (text,)
+    line = TextFormatter().format(logged)
+    assert len(line.splitlines()) == 1
+    assert line.isprintable()
+    shown_user = line.split(" user=", 1)[1]
+    assert json.loads(shown_user) == text  # the field reads back exactly, escapes undone
