@@ -12,7 +12,13 @@ from redis.connection import AbstractConnection
 
 from app import create_app
 from app.config import ConfigError
-from app.store import RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
+from app.store import (
+    Outcome,
+    RefreshTokenPolicy,
+    StoreUnavailableError,
+    open_store,
+    token_digest,
+)
 from app.store.redis import RedisTokenStore
 from app.tokens import new_refresh_token
 from tests.conftest import require_tool, which
@@ -115,6 +121,41 @@ def test_a_rotated_family_has_one_key_that_goes_with_it(store, session_redis):
     store.rotate(token, new_refresh_token(), "alice")  # reuse: the family is revoked
     with session_redis.client() as client:
         assert client.keys("*") == []
+
+
+def test_a_successor_without_a_parent_field_is_no_retry_of_anything(redis_url, session_redis):
+    # a successor written before ``parent`` was recorded: a retry of its retired
+    # predecessor within the grace finds no successor of its own, and is reuse
+    store = open_store(redis_url, timeout=2, policy=RefreshTokenPolicy(reuse_grace=5))
+    first, second = new_refresh_token(), new_refresh_token()
+    store.issue(first, "alice")
+    store.rotate(first, second, "alice")
+    with session_redis.client() as client:
+        assert client.hget(f"rt:token:{token_digest(second)}", "parent") == token_digest(first)
+        client.hdel(f"rt:token:{token_digest(second)}", "parent")
+    assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(second) is None
+    store.close()
+
+
+def test_a_user_score_from_before_microseconds_sorts_first(redis_url, session_redis):
+    store = open_store(redis_url, timeout=2, policy=RefreshTokenPolicy(per_user=2))
+    old, before = new_refresh_token(), int(time.time())
+    with session_redis.client() as client:  # as written when scores were whole seconds
+        client.hset(
+            f"rt:token:{token_digest(old)}",
+            mapping={"username": "alice", "issued_at": int(time.time())},
+        )
+        client.zadd("rt:user:alice", {token_digest(old): int(time.time())})
+        client.zadd("rt:digests", {token_digest(old): 0})
+    newer = [new_refresh_token() for _ in range(2)]
+    for token in newer:
+        store.issue(token, "alice")
+    assert [store.owner_of(token) for token in [old, *newer]] == [None, "alice", "alice"]
+    records = store.tokens_of("alice")
+    assert [record.digest_prefix for record in records] == [token_digest(t)[:12] for t in newer]
+    assert all(before <= record.issued_at <= time.time() for record in records)
+    store.close()
 
 
 ERRORS = [
