@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
 
@@ -21,7 +22,7 @@ from app.store import (
 )
 from app.store.redis import RedisTokenStore
 from app.tokens import new_refresh_token
-from tests.conftest import require_tool, which
+from tests.conftest import free_port, require_tool, which
 from tests.test_store import OPERATIONS
 
 pytestmark = pytest.mark.redis
@@ -260,6 +261,36 @@ def test_error_messages_never_show_the_password(redis_server):
         store.ping()
     assert "hunter2" not in str(raised.value)
     assert f"127.0.0.1:{server.port} db 3" in str(raised.value)
+
+
+def start_warnings(caplog) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno == logging.WARNING and "at start" in record.getMessage()
+    ]
+
+
+def test_a_redis_that_answers_nothing_at_start_is_one_warning_and_not_ready(tmp_path, caplog):
+    port = free_port()  # a loopback port where nothing listens
+    caplog.set_level(logging.INFO)
+    app = create_app(
+        {"INSTANCE_PATH": str(tmp_path),
+         "TOKEN_STORE_URL": f"redis://:hunter2-secret@127.0.0.1:{port}/0"}
+    )  # fmt: skip
+    (message,) = start_warnings(caplog)
+    assert message.startswith(f"token store unavailable at start: Redis store 127.0.0.1:{port}")
+    assert "hunter2" not in caplog.text
+    response = app.test_client().get("/readyz")
+    assert response.status_code == 503
+    assert len(start_warnings(caplog)) == 1  # the request's warning is another line
+
+
+def test_a_redis_that_answers_at_start_is_no_warning(tmp_path, redis_url, caplog):
+    caplog.set_level(logging.INFO)
+    app = create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": redis_url})
+    assert start_warnings(caplog) == []
+    assert app.test_client().get("/readyz").status_code == 200
 
 
 def test_timeouts_come_from_the_settings(tmp_path, redis_url):
