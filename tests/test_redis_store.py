@@ -263,6 +263,14 @@ def test_error_messages_never_show_the_password(redis_server):
     assert f"127.0.0.1:{server.port} db 3" in str(raised.value)
 
 
+def test_a_deny_entry_is_one_key_that_expires_with_the_token(store, session_redis):
+    now = time.time()
+    store.deny(token_digest("cookie token"), now + 3600)
+    with session_redis.client() as client:
+        assert client.keys("*") == [f"rt:denied:{token_digest('cookie token')}"]
+        assert 3590_000 < client.pttl(f"rt:denied:{token_digest('cookie token')}") <= 3600_000
+
+
 def start_warnings(caplog) -> list[str]:
     return [
         record.getMessage()

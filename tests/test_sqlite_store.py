@@ -301,3 +301,22 @@ def test_a_child_forked_while_its_parent_writes_has_a_free_turn(path):
     assert child.exitcode == 0
     assert store.owner_of(token) == "child"
     store.close()
+
+
+def test_expired_deny_entries_are_purged_by_the_next_deny_through_their_index(path):
+    store = SQLiteTokenStore(path, timeout=2)
+    now = time.time()
+    store.clock = lambda: now
+    for n in range(3):
+        store.deny(token_digest(f"cookie token {n}"), now + 10)
+    store.clock = lambda: now + 10
+    store.deny(token_digest("a later one"), now + 70)
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        assert database.execute("SELECT digest FROM denied_tokens").fetchall() == [
+            (token_digest("a later one"),)
+        ]
+    purge = query_plan(
+        store, "SELECT digest FROM denied_tokens WHERE expires_at <= ? LIMIT ?", now, 16
+    )
+    assert "denied_tokens_by_expiry" in purge
+    store.close()

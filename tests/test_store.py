@@ -790,6 +790,30 @@ def test_of_concurrent_rotations_of_one_token_exactly_one_rotates(make_store, gr
     assert store.count() == len(live)
 
 
+# --- denied signed tokens (a logged-out cookie token) ---------------------------------
+
+
+def test_a_denied_digest_is_denied_on_every_store_of_it_until_its_time(make_store):
+    store, other = make_store(), make_store()  # two workers or hosts on one store
+    other.clock = store.clock
+    denied, kept = token_digest("cookie token 1"), token_digest("cookie token 2")
+    store.deny(denied, store.clock() + 60)
+    assert (other.is_denied(denied), other.is_denied(kept)) == (True, False)
+    assert store.count() == 0  # no refresh token
+    store.clock.advance(59.9)
+    assert other.is_denied(denied) is True
+    store.clock.advance(0.1)  # its time: the token has expired, the entry with it
+    assert (store.is_denied(denied), other.is_denied(denied)) == (False, False)
+
+
+def test_a_deny_until_a_past_time_denies_nothing(make_store):
+    store = make_store()
+    store.deny(token_digest("expired cookie token"), store.clock() - 1)
+    store.deny(token_digest("expiring cookie token"), store.clock())
+    assert not store.is_denied(token_digest("expired cookie token"))
+    assert not store.is_denied(token_digest("expiring cookie token"))
+
+
 # --- an unreachable store ------------------------------------------------------------
 
 
@@ -823,6 +847,8 @@ OPERATIONS = {
     "ping": lambda store: store.ping(),
     "rotate": lambda store: store.rotate(new_refresh_token(), new_refresh_token(), "alice"),
     "purge_expired": lambda store: store.purge_expired(),
+    "deny": lambda store: store.deny("f" * 64, time.time() + 60),
+    "is_denied": lambda store: store.is_denied("f" * 64),
 }
 
 

@@ -157,6 +157,19 @@ class RefreshTokenStore(ABC):
         """Do ``revoke_digest`` for a prefix of 1 to 64 lowercase hex digits."""
 
     @abstractmethod
+    def deny(self, digest: str, until: float) -> None:
+        """Refuse the signed token whose ``token_digest`` is ``digest`` until ``until``.
+
+        For tokens the service cannot otherwise take back (the cookie token of a
+        logout): the entry is kept until ``until`` (seconds since the epoch), then
+        forgotten. A time already past denies nothing.
+        """
+
+    @abstractmethod
+    def is_denied(self, digest: str) -> bool:
+        """Return whether ``deny`` refused the token of ``digest`` until a time still to come."""
+
+    @abstractmethod
     def count(self) -> int:
         """Return how many live refresh tokens are stored."""
 

@@ -13,6 +13,8 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
 ``rt:family:<digest>``  sorted set of a rotated family's digests, scored by generation
 ``rt:expiring``         sorted set of ``<digest><username>`` of every token with an
                         expiry, scored by it: the index that purges expired tokens
+``rt:denied:<digest>``  a signed token refused until the time it holds (a logged-out
+                        cookie token), with a TTL to then
 
 A digest is 64 hex digits, so no token key can be mistaken for another kind, and
 each user key is its fixed prefix followed by the username verbatim: usernames
@@ -27,6 +29,7 @@ client (the app host's clock), as with SQLite; the TTLs are set relative to them
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,6 +60,7 @@ USER_KEY_PREFIX = "rt:user:"
 FAMILY_KEY_PREFIX = "rt:family:"
 DIGESTS_KEY = "rt:digests"
 EXPIRING_KEY = "rt:expiring"
+DENIED_KEY_PREFIX = "rt:denied:"
 #: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
 PURGE_ALL_BATCH = 1000
 
@@ -401,6 +405,21 @@ class RedisTokenStore(RefreshTokenStore):
         self._purge_all_expired()
         with self._answering() as connection:
             return self._run(connection, connection.revoke_prefix, [], prefix)
+
+    def deny(self, digest: str, until: float) -> None:
+        now = self.clock()
+        if until <= now:
+            return
+        with self._answering() as connection:
+            # the TTL counts from this host's clock, like the tokens' (module docstring)
+            connection.client.set(
+                DENIED_KEY_PREFIX + digest, repr(until), px=max(1, math.ceil((until - now) * 1000))
+            )
+
+    def is_denied(self, digest: str) -> bool:
+        with self._answering() as connection:
+            until = cast(str | None, connection.client.get(DENIED_KEY_PREFIX + digest))
+        return until is not None and self.clock() < float(until)
 
     def count(self) -> int:
         self._purge_all_expired()
