@@ -58,7 +58,7 @@ def open_store(
 
 
 def init_store(app: Flask, settings: Settings) -> None:
-    """Attach the store named by the settings to ``app``, and warn now if it does not answer.
+    """Attach the store named by the settings to ``app``; warn now if a remote one is down.
 
     Connections open on first use: the one the check opens is closed at once.
     """
@@ -75,7 +75,8 @@ def init_store(app: Flask, settings: Settings) -> None:
         settings.store_durability,
     )
     app.extensions[EXTENSION_KEY] = store
-    _warn_if_unavailable(app, store)
+    if store.remote:
+        _warn_if_unavailable(app, store)
 
 
 def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:

@@ -98,6 +98,10 @@ class RefreshTokenStore(ABC):
     counts leave it out. Forgetting a family's live token forgets its retired ones.
     """
 
+    #: Whether the store lives apart from the service and may be down when it starts
+    #: (a SQLite file is checked with the settings, and opened on first use).
+    remote = False
+
     def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
         self.policy = policy or RefreshTokenPolicy()
         #: The time source, seconds since the epoch; tests may replace it.

@@ -318,6 +318,8 @@ class RedisTokenStore(RefreshTokenStore):
     frozen Redis answers StoreUnavailableError within one timeout, not a multiple.
     """
 
+    remote = True
+
     def __init__(
         self,
         url: str,
