@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
 #: ``parent``: the digest of the token whose rotation made it, NULL for a login (and for a
 #: successor made before the column: a retry then finds no unused successor, and is reuse);
 #: ``sequence``: the order of issue, so that same-second tokens are told apart exactly,
-#: NULL where nothing is ever evicted (SPEC.md's defaults' one INSERT, older rows).
+#: set under a per-user limit or a lifetime; NULL without either (SPEC.md's defaults'
+#: one INSERT, where nothing is evicted) and in older rows, which sort first in a second.
 ADDED_COLUMNS = {
     "expires_at": "INTEGER",
     "family": "TEXT",
@@ -205,12 +206,13 @@ class SQLiteTokenStore(RefreshTokenStore):
                     (expires_at, family),
                 )
             connection.execute(
+                # numbered, as issue() numbers, only where a limit or a lifetime is set
                 "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, family,"
-                " generation, parent, sequence) VALUES (?, ?, ?, ?, ?, ?, ?,"
+                " generation, parent, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? THEN"
                 " (SELECT coalesce(max(sequence), 0) + 1 FROM refresh_tokens"
-                " WHERE sequence IS NOT NULL))",
+                " WHERE sequence IS NOT NULL) END)",
                 (token_digest(successor), owner, int(now), expires_at, family, generation + 1,
-                 digest),
+                 digest, bool(policy.per_user or policy.lifetime)),
             )  # fmt: skip
             connection.execute(
                 "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
