@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.store import token_digest
+from app.third_party_login.cross_site import origin_of
 from app.tokens import issue_access_token, issue_cookie_token
 from tests.conftest import bearer, free_port, make_token
 from tests.test_store import Clock
@@ -184,3 +187,28 @@ def test_a_store_down_is_503_on_me_and_logout_and_never_on_bearer_endpoints(make
     access_token = issue_access_token("alice", "user", app.config["SETTINGS"].signing_keys, 60)
     assert client.get("/user-accessible", headers=bearer(access_token)).status_code == 200
     assert me(client, "not.a.token").status_code == 401  # refused before the store is asked
+
+
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=60)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    origin=st.one_of(st.none(), HEADER_TEXT, st.sampled_from(["http://localhost", EVIL])),
+    site=st.one_of(st.none(), HEADER_TEXT, st.sampled_from(["same-origin", "cross-site"])),
+)
+@pytest.mark.store("sqlite")
+def test_any_origin_and_fetch_site_get_204_only_from_here_else_403(client, origin, site):
+    named = [("Origin", origin), ("Sec-Fetch-Site", site)]
+    headers = {name: value for name, value in named if value is not None}
+    response = client.post("/auth/logout", headers=headers)
+    from_here = site == "same-origin" or (
+        origin_of(origin) == "http://localhost" if origin is not None else site is None
+    )
+    assert response.status_code == (204 if from_here else 403)
