@@ -369,7 +369,10 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                 "tags": ["third-party login"],
                 "operationId": "me",
                 "summary": "The user of a third-party login, named by the cookie token",
-                "description": "Only the cookie authenticates here, never a Bearer token.",
+                "description": (
+                    "Only the cookie authenticates here, never a Bearer token. A logged-out "
+                    "cookie token is 401; the store is asked, so it may be 503."
+                ),
                 "security": COOKIE,
                 "responses": {
                     "200": answer(
@@ -378,6 +381,7 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                         {"source": "corp", "id": "248289761001", "shownName": "Alice Smith"},
                     ),
                     "401": ref("responses", "Unauthorized"),
+                    **errors(503),
                 },
             }
         },
@@ -397,6 +401,11 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                         "To the provider's authorization endpoint.",
                         Location=ref("headers", "Location"),
                         Set_Cookie=ref("headers", "SetLoginStateCookie"),
+                    ),
+                    "403": answer(
+                        "Another site's request (Sec-Fetch-Site, Origin).",
+                        ref("schemas", "NoAccess"),
+                        {"message": "No access"},
                     ),
                     **errors(404, 502),
                 },
@@ -448,12 +457,19 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
             "post": {
                 "tags": ["third-party login"],
                 "operationId": "thirdPartyLogout",
-                "summary": "Clear the cookie token",
+                "summary": "Refuse the cookie token from now on and clear it",
                 "responses": {
                     "204": answer(
-                        "The cookie is cleared, whether or not one was set.",
+                        "The cookie is cleared, whether or not one was set; the token it held "
+                        "is refused until it expires.",
                         Set_Cookie=ref("headers", "ClearAuthCookie"),
                     ),
+                    "403": answer(
+                        "Another site's request (Sec-Fetch-Site, Origin).",
+                        ref("schemas", "NoAccess"),
+                        {"message": "No access"},
+                    ),
+                    **errors(503),
                 },
             }
         },

@@ -7,12 +7,14 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+import jwt
 from flask import g, request
 from werkzeug.exceptions import Unauthorized
 
 from app.config import current_settings
 from app.errors import forbidden_response, unauthenticated_response
 from app.request_log import note
+from app.store import get_store, token_digest
 from app.tokens import (
     MALFORMED,
     ROLES,
@@ -28,6 +30,10 @@ View = TypeVar("View", bound=Callable[..., Any])
 B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 #: Why a request was refused, as the request log and the metrics name it.
 MISSING, WRONG_ROLE = "missing", "wrong_role"
+#: Why a cookie token was refused after its signature verified: it was logged out.
+LOGGED_OUT = "logged_out"
+#: The security event of a logout that refused a cookie token.
+LOGOUT = "logout"
 
 
 def bearer_token() -> str | None:
@@ -65,7 +71,12 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
 
 
 def authenticated_cookie_user() -> dict[str, Any]:
-    """Return the user named by the request's cookie token, or 401 (no Bearer challenge)."""
+    """Return the user named by the request's cookie token, or 401 (no Bearer challenge).
+
+    A token logged out (``log_out_cookie_token``) is 401 too: the store is asked, after
+    the signature, so only a token of ours costs a look-up; a store that cannot answer
+    is a 503, never a pass.
+    """
     token = cookie_token()
     if token is None:
         note(reason=MISSING)
@@ -78,7 +89,33 @@ def authenticated_cookie_user() -> dict[str, Any]:
         raise Unauthorized() from None
     if "id" in user:
         note(user=user["id"])
+    if get_store().is_denied(token_digest(token)):
+        note(reason=LOGGED_OUT)
+        raise Unauthorized()
     return user
+
+
+def log_out_cookie_token() -> None:
+    """Refuse the request's valid cookie token from now until it expires, on every host.
+
+    The entry is keyed on the token's digest, so a token with only SPEC.md's claims
+    (``sub``, ``exp``) is refused too, and kept ``CLOCK_SKEW`` seconds past ``exp``
+    for hosts whose clocks lag. A missing, invalid or expired token needs none.
+    """
+    token = cookie_token()
+    if token is None:
+        return
+    settings = current_settings()
+    try:
+        user = verify_cookie_token(token, settings.signing_keys, settings.clock_skew)
+    except InvalidTokenError:
+        return
+    # verified just above: its exp is the signed one
+    expires_at = jwt.decode(token, options={"verify_signature": False})["exp"]
+    get_store().deny(token_digest(token), expires_at + settings.clock_skew)
+    if "id" in user:
+        note(user=user["id"])
+    note(event=LOGOUT)
 
 
 def role_allows(role: str, required: tuple[str, ...]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
 
@@ -12,10 +13,16 @@ from redis.connection import AbstractConnection
 
 from app import create_app
 from app.config import ConfigError
-from app.store import RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
+from app.store import (
+    Outcome,
+    RefreshTokenPolicy,
+    StoreUnavailableError,
+    open_store,
+    token_digest,
+)
 from app.store.redis import RedisTokenStore
 from app.tokens import new_refresh_token
-from tests.conftest import require_tool, which
+from tests.conftest import free_port, require_tool, which
 from tests.test_store import OPERATIONS
 
 pytestmark = pytest.mark.redis
@@ -115,6 +122,41 @@ def test_a_rotated_family_has_one_key_that_goes_with_it(store, session_redis):
     store.rotate(token, new_refresh_token(), "alice")  # reuse: the family is revoked
     with session_redis.client() as client:
         assert client.keys("*") == []
+
+
+def test_a_successor_without_a_parent_field_is_no_retry_of_anything(redis_url, session_redis):
+    # a successor written before ``parent`` was recorded: a retry of its retired
+    # predecessor within the grace finds no successor of its own, and is reuse
+    store = open_store(redis_url, timeout=2, policy=RefreshTokenPolicy(reuse_grace=5))
+    first, second = new_refresh_token(), new_refresh_token()
+    store.issue(first, "alice")
+    store.rotate(first, second, "alice")
+    with session_redis.client() as client:
+        assert client.hget(f"rt:token:{token_digest(second)}", "parent") == token_digest(first)
+        client.hdel(f"rt:token:{token_digest(second)}", "parent")
+    assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(second) is None
+    store.close()
+
+
+def test_a_user_score_from_before_microseconds_sorts_first(redis_url, session_redis):
+    store = open_store(redis_url, timeout=2, policy=RefreshTokenPolicy(per_user=2))
+    old, before = new_refresh_token(), int(time.time())
+    with session_redis.client() as client:  # as written when scores were whole seconds
+        client.hset(
+            f"rt:token:{token_digest(old)}",
+            mapping={"username": "alice", "issued_at": int(time.time())},
+        )
+        client.zadd("rt:user:alice", {token_digest(old): int(time.time())})
+        client.zadd("rt:digests", {token_digest(old): 0})
+    newer = [new_refresh_token() for _ in range(2)]
+    for token in newer:
+        store.issue(token, "alice")
+    assert [store.owner_of(token) for token in [old, *newer]] == [None, "alice", "alice"]
+    records = store.tokens_of("alice")
+    assert [record.digest_prefix for record in records] == [token_digest(t)[:12] for t in newer]
+    assert all(before <= record.issued_at <= time.time() for record in records)
+    store.close()
 
 
 ERRORS = [
@@ -219,6 +261,44 @@ def test_error_messages_never_show_the_password(redis_server):
         store.ping()
     assert "hunter2" not in str(raised.value)
     assert f"127.0.0.1:{server.port} db 3" in str(raised.value)
+
+
+def test_a_deny_entry_is_one_key_that_expires_with_the_token(store, session_redis):
+    now = time.time()
+    store.deny(token_digest("cookie token"), now + 3600)
+    with session_redis.client() as client:
+        assert client.keys("*") == [f"rt:denied:{token_digest('cookie token')}"]
+        assert 3590_000 < client.pttl(f"rt:denied:{token_digest('cookie token')}") <= 3600_000
+
+
+def start_warnings(caplog) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno == logging.WARNING and "at start" in record.getMessage()
+    ]
+
+
+def test_a_redis_that_answers_nothing_at_start_is_one_warning_and_not_ready(tmp_path, caplog):
+    port = free_port()  # a loopback port where nothing listens
+    caplog.set_level(logging.INFO)
+    app = create_app(
+        {"INSTANCE_PATH": str(tmp_path),
+         "TOKEN_STORE_URL": f"redis://:hunter2-secret@127.0.0.1:{port}/0"}
+    )  # fmt: skip
+    (message,) = start_warnings(caplog)
+    assert message.startswith(f"token store unavailable at start: Redis store 127.0.0.1:{port}")
+    assert "hunter2" not in caplog.text
+    response = app.test_client().get("/readyz")
+    assert response.status_code == 503
+    assert len(start_warnings(caplog)) == 1  # the request's warning is another line
+
+
+def test_a_redis_that_answers_at_start_is_no_warning(tmp_path, redis_url, caplog):
+    caplog.set_level(logging.INFO)
+    app = create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": redis_url})
+    assert start_warnings(caplog) == []
+    assert app.test_client().get("/readyz").status_code == 200
 
 
 def test_timeouts_come_from_the_settings(tmp_path, redis_url):

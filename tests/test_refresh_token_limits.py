@@ -30,6 +30,14 @@ def test_the_login_over_the_per_user_limit_revokes_that_users_oldest(make_app):
     assert refresh(client, bob, "bob").status_code == 200
 
 
+def test_four_same_second_logins_over_a_limit_of_three_revoke_the_first(make_app):
+    _, client, _ = app_on_a_clock(make_app, REFRESH_TOKENS_PER_USER="3")  # a frozen clock
+    for _ in range(20):
+        tokens = [login(client, "alice")["refreshToken"] for _ in range(4)]
+        assert [refresh(client, token).status_code for token in tokens] == [401, 200, 200, 200]
+        assert client.application.test_cli_runner().invoke(args=["tokens", "revoke-user", "alice"])
+
+
 def test_without_a_per_user_limit_every_login_stays_valid(make_app):
     _, client, _ = app_on_a_clock(make_app)
     tokens = [login(client, "alice")["refreshToken"] for _ in range(12)]

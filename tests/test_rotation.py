@@ -155,6 +155,16 @@ def test_the_replaced_successor_presented_later_revokes_the_family(rotating):
     assert_unauthorized(refresh(client, retry))
 
 
+def test_a_victims_replaced_token_after_the_thiefs_rotation_is_reuse(rotating):
+    client = rotating(REFRESH_TOKEN_REUSE_GRACE="5")
+    first = login(client)["refreshToken"]
+    victims = rotated(client, first)
+    thiefs = rotated(client, first)  # a replay within the grace: a retry
+    thiefs_next = rotated(client, thiefs)
+    assert_unauthorized(refresh(client, victims))  # the reuse is revealed
+    assert_unauthorized(refresh(client, thiefs_next))  # and the family is revoked
+
+
 def test_revoking_any_member_revokes_just_that_token(rotating):
     client = rotating()
     first = login(client)["refreshToken"]

@@ -55,7 +55,8 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_tokens(path):
     store = open_store(f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(lifetime=60))
     assert store.owner_of(old) == "alice"
     assert columns(path) == [
-        "digest", "username", "issued_at", "expires_at", "family", "generation", "retired_at"
+        "digest", "username", "issued_at", "expires_at", "family", "generation", "retired_at",
+        "parent", "sequence",
     ]  # fmt: skip
     successor = new_refresh_token()
     assert store.rotate(old, successor, "alice").outcome is Outcome.ROTATED
@@ -65,6 +66,53 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_tokens(path):
     again = open_store(f"sqlite:///{path}", timeout=2)  # a migrated file opens as it is
     assert again.count() == 0
     again.close()
+
+
+#: The schema before tokens recorded their parent and order of issue.
+ROTATION_SCHEMA = """
+CREATE TABLE refresh_tokens (
+    digest     TEXT PRIMARY KEY,
+    username   TEXT NOT NULL,
+    issued_at  INTEGER NOT NULL,
+    expires_at INTEGER,
+    family     TEXT,
+    generation INTEGER,
+    retired_at REAL
+) WITHOUT ROWID;
+CREATE INDEX refresh_tokens_by_family
+    ON refresh_tokens (family, generation) WHERE family IS NOT NULL;
+"""
+
+
+def test_a_file_of_the_rotation_schema_is_migrated_and_its_successors_have_no_parent(path):
+    # a token rotated by the older schema: its successor names no parent, so a retry of
+    # the retired token within the grace finds no successor of its own, and is reuse
+    first, second, other = new_refresh_token(), new_refresh_token(), new_refresh_token()
+    now = time.time()
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        database.executescript(ROTATION_SCHEMA)
+        database.executemany(
+            "INSERT INTO refresh_tokens VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (token_digest(first), "alice", int(now), None, token_digest(first), 0, now),
+                (token_digest(second), "alice", int(now), None, token_digest(first), 1, None),
+                (token_digest(other), "alice", int(now), None, None, None, None),
+            ],
+        )
+        database.commit()
+    store = open_store(
+        f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(reuse_grace=5, per_user=3)
+    )
+    assert store.owner_of(second) == "alice"
+    assert columns(path)[-2:] == ["parent", "sequence"]
+    assert "refresh_tokens_by_sequence" in indexes(path)
+    assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(second) is None
+    newer = [new_refresh_token() for _ in range(3)]
+    for token in newer:  # same second as the older row: it is the oldest, and goes first
+        store.issue(token, "alice")
+    assert [store.owner_of(token) for token in [other, *newer]] == [None] + ["alice"] * 3
+    store.close()
 
 
 def test_workers_opening_a_first_schema_file_together_all_open_it_migrated(path):
@@ -136,7 +184,7 @@ def test_the_per_user_limit_finds_a_users_tokens_through_its_index(path):
     live = query_plan(
         store,
         "SELECT digest, family FROM refresh_tokens WHERE username = ? AND retired_at IS NULL"
-        " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, digest",
+        " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, sequence, digest",
         "alice",
         time.time(),
     )
@@ -252,4 +300,23 @@ def test_a_child_forked_while_its_parent_writes_has_a_free_turn(path):
         child.join(20)
     assert child.exitcode == 0
     assert store.owner_of(token) == "child"
+    store.close()
+
+
+def test_expired_deny_entries_are_purged_by_the_next_deny_through_their_index(path):
+    store = SQLiteTokenStore(path, timeout=2)
+    now = time.time()
+    store.clock = lambda: now
+    for n in range(3):
+        store.deny(token_digest(f"cookie token {n}"), now + 10)
+    store.clock = lambda: now + 10
+    store.deny(token_digest("a later one"), now + 70)
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        assert database.execute("SELECT digest FROM denied_tokens").fetchall() == [
+            (token_digest("a later one"),)
+        ]
+    purge = query_plan(
+        store, "SELECT digest FROM denied_tokens WHERE expires_at <= ? LIMIT ?", now, 16
+    )
+    assert "denied_tokens_by_expiry" in purge
     store.close()

@@ -161,8 +161,8 @@ def test_tokens_of_lists_prefixes_and_issue_times_oldest_first(store):
     assert {record.digest_prefix for record in records} == {digest_prefix(t) for t in tokens}
     assert all(record.username == "alice" for record in records)
     assert all(before <= record.issued_at <= time.time() for record in records)
-    order = [(record.issued_at, record.digest_prefix) for record in records]
-    assert order == sorted(order)
+    times = [record.issued_at for record in records]
+    assert times == sorted(times)
 
 
 def test_tokens_of_unknown_user_is_empty(store):
@@ -329,6 +329,72 @@ def test_a_retired_token_within_the_grace_replaces_its_unused_successor(make_sto
     assert store.owner_of(again) is None
 
 
+def test_a_replaced_successor_is_reuse_even_once_its_sibling_was_rotated(make_store):
+    # the victim rotates T0 (S1); a thief replays T0 within the grace (S2) and rotates S2
+    # (S3): S1 is no parent of the live token, so presenting it is reuse, not a retry
+    store = make_store(reuse_grace=5)
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    victims = rotated(store, first)
+    thiefs = new_refresh_token()
+    assert store.rotate(first, thiefs, "alice").outcome is Outcome.RETRIED
+    thiefs_next = rotated(store, thiefs)
+    rotation = store.rotate(victims, new_refresh_token(), "alice")
+    assert (rotation.outcome, rotation.family) == (Outcome.REUSED, digest_prefix(first))
+    assert store.owner_of(thiefs_next) is None
+    assert store.count() == 0
+
+
+def test_a_retry_replaces_only_its_own_unused_successor(make_store):
+    store = make_store(reuse_grace=5)
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    second = rotated(store, first)
+    third = rotated(store, second)  # second's successor, unused: second may retry
+    retry = new_refresh_token()
+    assert store.rotate(second, retry, "alice").outcome is Outcome.RETRIED
+    assert (store.owner_of(third), store.owner_of(retry)) == (None, "alice")
+    # first's successor (second) was used: first is reuse, though a live token is at its
+    # successor's generation + 1
+    assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
+    assert store.owner_of(retry) is None
+
+
+RACE_TRIALS = 20
+
+
+def test_rotations_and_retries_racing_leave_one_lineage(make_store):
+    # after T0 -> S1, thieves retry T0 and victims present S1, each then rotating what it
+    # got: whatever the order, only one side's lineage succeeds, and one token is live
+    store = make_store(reuse_grace=5)
+    for _ in range(RACE_TRIALS):
+        first = new_refresh_token()
+        store.issue(first, "alice")
+        second = rotated(store, first)
+        start = threading.Barrier(THREADS, timeout=30)
+
+        def present(
+            worker: int, first: str = first, second: str = second, start=start
+        ) -> tuple[str, str]:
+            side = "victim" if worker % 2 else "thief"
+            token, successes = second if worker % 2 else first, 0
+            start.wait()
+            for _ in range(2):
+                successor = new_refresh_token()
+                if not store.rotate(token, successor, "alice").succeeded:
+                    break
+                token, successes = successor, successes + 1
+            return side, token if successes else ""
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            answers = list(pool.map(present, range(THREADS)))
+        assert len({side for side, token in answers if token}) <= 1
+        live = [token for _, token in answers if token and store.owner_of(token)]
+        assert len(set(live)) <= 1
+        assert store.count() == len(set(live))
+        store.revoke_all("alice")
+
+
 def test_without_a_grace_a_reuse_is_caught_even_from_a_clock_read_earlier(make_store):
     # a concurrent refresh may read its clock a moment before another one rotates
     store = make_store()
@@ -426,6 +492,35 @@ def test_the_token_over_the_per_user_limit_revokes_the_oldest(make_store):
         digest_prefix(token) for token in tokens[2:]
     ]
     assert store.count() == 4
+
+
+SAME_SECOND_TRIALS = 20
+
+
+def test_same_second_logins_over_the_limit_evict_the_first_issued(make_store):
+    # four logins in one second, one clock reading: the first issued goes, every time
+    store = make_store(per_user=3)
+    for _ in range(SAME_SECOND_TRIALS):
+        tokens = [new_refresh_token() for _ in range(4)]
+        for token in tokens:
+            store.issue(token, "alice")
+        assert [store.owner_of(token) for token in tokens] == [None, "alice", "alice", "alice"]
+        assert [record.digest_prefix for record in store.tokens_of("alice")] == [
+            digest_prefix(token) for token in tokens[1:]
+        ]
+        store.revoke_all("alice")
+
+
+def test_a_same_second_rotation_makes_its_family_the_newest(make_store):
+    store = make_store(per_user=2)
+    for _ in range(SAME_SECOND_TRIALS):
+        first, second = new_refresh_token(), new_refresh_token()
+        store.issue(first, "alice")
+        store.issue(second, "alice")
+        successor = rotated(store, first)  # rotated last: second is now the oldest
+        store.issue(new_refresh_token(), "alice")
+        assert (store.owner_of(second), store.owner_of(successor)) == (None, "alice")
+        store.revoke_all("alice")
 
 
 def test_without_a_limit_a_user_holds_any_number_of_tokens(make_store):
@@ -695,6 +790,30 @@ def test_of_concurrent_rotations_of_one_token_exactly_one_rotates(make_store, gr
     assert store.count() == len(live)
 
 
+# --- denied signed tokens (a logged-out cookie token) ---------------------------------
+
+
+def test_a_denied_digest_is_denied_on_every_store_of_it_until_its_time(make_store):
+    store, other = make_store(), make_store()  # two workers or hosts on one store
+    other.clock = store.clock
+    denied, kept = token_digest("cookie token 1"), token_digest("cookie token 2")
+    store.deny(denied, store.clock() + 60)
+    assert (other.is_denied(denied), other.is_denied(kept)) == (True, False)
+    assert store.count() == 0  # no refresh token
+    store.clock.advance(59.9)
+    assert other.is_denied(denied) is True
+    store.clock.advance(0.1)  # its time: the token has expired, the entry with it
+    assert (store.is_denied(denied), other.is_denied(denied)) == (False, False)
+
+
+def test_a_deny_until_a_past_time_denies_nothing(make_store):
+    store = make_store()
+    store.deny(token_digest("expired cookie token"), store.clock() - 1)
+    store.deny(token_digest("expiring cookie token"), store.clock())
+    assert not store.is_denied(token_digest("expired cookie token"))
+    assert not store.is_denied(token_digest("expiring cookie token"))
+
+
 # --- an unreachable store ------------------------------------------------------------
 
 
@@ -728,6 +847,8 @@ OPERATIONS = {
     "ping": lambda store: store.ping(),
     "rotate": lambda store: store.rotate(new_refresh_token(), new_refresh_token(), "alice"),
     "purge_expired": lambda store: store.purge_expired(),
+    "deny": lambda store: store.deny("f" * 64, time.time() + 60),
+    "is_denied": lambda store: store.is_denied("f" * 64),
 }
 
 

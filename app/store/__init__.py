@@ -58,19 +58,43 @@ def open_store(
 
 
 def init_store(app: Flask, settings: Settings) -> None:
-    """Attach the store named by the settings to ``app``; connections open on first use."""
+    """Attach the store named by the settings to ``app``; warn now if a remote one is down.
+
+    Connections open on first use: the one the check opens is closed at once.
+    """
     policy = RefreshTokenPolicy(
         lifetime=settings.refresh_token_lifetime,
         per_user=settings.refresh_tokens_per_user,
         reuse_grace=settings.refresh_token_reuse_grace,
     )
-    app.extensions[EXTENSION_KEY] = open_store(
+    store = open_store(
         settings.token_store_url,
         settings.store_timeout,
         settings.store_connect_timeout,
         policy,
         settings.store_durability,
     )
+    app.extensions[EXTENSION_KEY] = store
+    if store.remote:
+        _warn_if_unavailable(app, store)
+
+
+def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:
+    """Log one line if the store does not answer at start; the service starts all the same.
+
+    Each gunicorn worker builds its app, so each says it once; /readyz keeps telling
+    the load balancer. The message names the store's place, never a password.
+    """
+    try:
+        store.ping()
+    except StoreUnavailableError as error:
+        app.logger.warning(
+            "token store unavailable at start: %s; the requests that need it answer 503"
+            " until it answers",
+            error,
+        )
+    finally:
+        store.close()  # reopened on first use, in whichever process and thread uses it
 
 
 def get_store() -> RefreshTokenStore:

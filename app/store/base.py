@@ -98,6 +98,10 @@ class RefreshTokenStore(ABC):
     counts leave it out. Forgetting a family's live token forgets its retired ones.
     """
 
+    #: Whether the store lives apart from the service and may be down when it starts
+    #: (a SQLite file is checked with the settings, and opened on first use).
+    remote = False
+
     def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
         self.policy = policy or RefreshTokenPolicy()
         #: The time source, seconds since the epoch; tests may replace it.
@@ -155,6 +159,19 @@ class RefreshTokenStore(ABC):
     @abstractmethod
     def _revoke_digest(self, prefix: str) -> int:
         """Do ``revoke_digest`` for a prefix of 1 to 64 lowercase hex digits."""
+
+    @abstractmethod
+    def deny(self, digest: str, until: float) -> None:
+        """Refuse the signed token whose ``token_digest`` is ``digest`` until ``until``.
+
+        For tokens the service cannot otherwise take back (the cookie token of a
+        logout): the entry is kept until ``until`` (seconds since the epoch), then
+        forgotten. A time already past denies nothing.
+        """
+
+    @abstractmethod
+    def is_denied(self, digest: str) -> bool:
+        """Return whether ``deny`` refused the token of ``digest`` until a time still to come."""
 
     @abstractmethod
     def count(self) -> int:

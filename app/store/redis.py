@@ -4,12 +4,17 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
 
 ``rt:token:<digest>``   hash ``{username, issued_at}`` of one token, plus ``expires_at``
                         with a lifetime, and ``family``, ``generation``, ``retired_at``
-                        once rotation touched it (see RefreshTokenStore)
-``rt:user:<username>``  sorted set of that user's live digests, scored by issued_at
+                        once rotation touched it (see RefreshTokenStore), and ``parent``
+                        (the digest rotated into it) on a successor
+``rt:user:<username>``  sorted set of that user's live digests, oldest first, scored by
+                        the microsecond of issue, raised past the user's newest by the
+                        scripts: same-second tokens are in order of issue, exactly
 ``rt:digests``          sorted set of every live digest, score 0: count and prefix look-up
 ``rt:family:<digest>``  sorted set of a rotated family's digests, scored by generation
 ``rt:expiring``         sorted set of ``<digest><username>`` of every token with an
                         expiry, scored by it: the index that purges expired tokens
+``rt:denied:<digest>``  a signed token refused until the time it holds (a logged-out
+                        cookie token), with a TTL to then
 
 A digest is 64 hex digits, so no token key can be mistaken for another kind, and
 each user key is its fixed prefix followed by the username verbatim: usernames
@@ -24,6 +29,7 @@ client (the app host's clock), as with SQLite; the TTLs are set relative to them
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +60,7 @@ USER_KEY_PREFIX = "rt:user:"
 FAMILY_KEY_PREFIX = "rt:family:"
 DIGESTS_KEY = "rt:digests"
 EXPIRING_KEY = "rt:expiring"
+DENIED_KEY_PREFIX = "rt:denied:"
 #: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
 PURGE_ALL_BATCH = 1000
 
@@ -115,6 +122,16 @@ end
 local function milliseconds_until(expires_at, now)
     return math.max(1, math.floor((tonumber(expires_at) - now) * 1000))
 end
+-- a user's score for a token issued at microsecond issued_us: above every token they
+-- hold, so that eviction goes by order of issue even within one microsecond or second
+local function next_score(user_key, issued_us)
+    local newest = redis.call('ZRANGE', user_key, -1, -1, 'WITHSCORES')[2]
+    local score = tonumber(issued_us)
+    if newest and tonumber(newest) >= score then
+        score = tonumber(newest) + 1
+    end
+    return string.format('%.0f', score)  -- %.14g, Lua's default, would round it
+end
 """
 #: ARGV[4]: the digest. Returns 1 if the token was known, else 0.
 REVOKE_SCRIPT = _FORGET + "return forget(ARGV[4])\n"
@@ -145,8 +162,9 @@ return forget(found[1])
 )
 #: ARGV[4]: now, ARGV[5]: the most to purge. Returns how many expired tokens it forgot.
 PURGE_SCRIPT = _FORGET + "return purge(ARGV[4], tonumber(ARGV[5]))\n"
-#: ARGV[4..10]: digest, username, now, issued_at, expires_at ('' for none), the
-#: per-user limit (0 for none), the purge batch. Issues under a lifetime or a limit.
+#: ARGV[4..11]: digest, username, now, issued_at, expires_at ('' for none), the
+#: per-user limit (0 for none), the purge batch, now in microseconds. Issues under a
+#: lifetime or a limit.
 ISSUE_SCRIPT = (
     _FORGET
     + """
@@ -172,7 +190,7 @@ if per_user > 0 then
 end
 local token_key = token_prefix .. digest
 redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at)
-redis.call('ZADD', user_key, issued_at, digest)
+redis.call('ZADD', user_key, next_score(user_key, ARGV[11]), digest)
 redis.call('ZADD', digests_key, 0, digest)
 if expires_at ~= '' then
     redis.call('HSET', token_key, 'expires_at', expires_at)
@@ -182,8 +200,9 @@ end
 return 1
 """
 )
-#: ARGV[4..12]: digest, successor's digest, username, now, issued_at, lifetime ('' for
-#: none), grace, generations kept, purge batch. Returns {outcome, family}.
+#: ARGV[4..13]: digest, successor's digest, username, now, issued_at, lifetime ('' for
+#: none), grace, generations kept, purge batch, now in microseconds. Returns {outcome,
+#: family}.
 ROTATE_SCRIPT = (
     _FORGET
     + """
@@ -216,10 +235,14 @@ if record[5] then
     local grace = tonumber(ARGV[10])
     -- no grace, no retry: a clock read a moment before another rotation is no excuse
     if grace > 0 and now < tonumber(record[5]) + grace then
+        -- this token's own successor, if nothing rotated or replaced it yet: a sibling's
+        -- successor (another retry's, rotated since) is not its to retry; a successor
+        -- made before ``parent`` was recorded has none, so its retry is reuse
         for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, generation + 1,
                                            generation + 1)) do
-            local state = redis.call('HMGET', token_prefix .. member, 'username', 'retired_at')
-            if state[1] and not state[2] then
+            local state = redis.call('HMGET', token_prefix .. member, 'username', 'retired_at',
+                                     'parent')
+            if state[1] and not state[2] and state[3] == digest then
                 unused = member
             end
         end
@@ -245,8 +268,8 @@ if not expires_at and lifetime ~= '' then  -- a family older than the setting
 end
 local successor_key = token_prefix .. successor
 redis.call('HSET', successor_key, 'username', username, 'issued_at', issued_at,
-           'family', family, 'generation', generation + 1)
-redis.call('ZADD', user_key, issued_at, successor)
+           'family', family, 'generation', generation + 1, 'parent', digest)
+redis.call('ZADD', user_key, next_score(user_key, ARGV[13]), successor)
 redis.call('ZADD', digests_key, 0, successor)
 redis.call('ZADD', family_key, generation + 1, successor)
 if expires_at then
@@ -264,6 +287,11 @@ redis.call('ZREMRANGEBYSCORE', family_key, '-inf', cutoff)
 return {outcome, family}
 """
 )
+
+
+def _microseconds(now: float) -> int:
+    """Return a time in whole microseconds: exact in a sorted set's score (below 2**53)."""
+    return int(now * 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -290,6 +318,8 @@ class RedisTokenStore(RefreshTokenStore):
     frozen Redis answers StoreUnavailableError within one timeout, not a multiple.
     """
 
+    remote = True
+
     def __init__(
         self,
         url: str,
@@ -315,14 +345,15 @@ class RedisTokenStore(RefreshTokenStore):
                 expires_at = issued_at + policy.lifetime if policy.lifetime else ""
                 self._run(
                     connection, connection.issue, [], digest, username, repr(now),
-                    issued_at, expires_at, policy.per_user, PURGE_BATCH,
+                    issued_at, expires_at, policy.per_user, PURGE_BATCH, _microseconds(now),
                 )  # fmt: skip
                 return
             transaction = connection.client.pipeline(transaction=True)  # SPEC.md's defaults
             transaction.hset(
                 TOKEN_KEY_PREFIX + digest, mapping={"username": username, "issued_at": issued_at}
             )
-            transaction.zadd(USER_KEY_PREFIX + username, {digest: issued_at})
+            # no limit, nothing evicted: the microsecond alone orders the listing
+            transaction.zadd(USER_KEY_PREFIX + username, {digest: _microseconds(now)})
             transaction.zadd(DIGESTS_KEY, {digest: 0})
             transaction.execute()
 
@@ -342,7 +373,7 @@ class RedisTokenStore(RefreshTokenStore):
                 connection, connection.rotate, [],
                 token_digest(token), token_digest(successor), username, repr(now), int(now),
                 policy.lifetime or "", repr(policy.reuse_grace), RETIRED_GENERATIONS_KEPT,
-                PURGE_BATCH,
+                PURGE_BATCH, _microseconds(now),
             )  # fmt: skip
         return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH])
 
@@ -357,11 +388,16 @@ class RedisTokenStore(RefreshTokenStore):
     def tokens_of(self, username: str) -> list[TokenRecord]:
         self._purge_all_expired()
         with self._answering() as connection:
-            rows = connection.client.zrange(
-                USER_KEY_PREFIX + username, 0, -1, withscores=True, score_cast_func=int
-            )
-        pairs = cast(list[tuple[str, int]], rows)  # decode_responses, score_cast_func=int
-        return [TokenRecord.of(digest, username, at) for digest, at in pairs]
+            digests = cast(list[str], connection.client.zrange(USER_KEY_PREFIX + username, 0, -1))
+            reads = connection.client.pipeline(transaction=False)
+            for digest in digests:
+                reads.hget(TOKEN_KEY_PREFIX + digest, "issued_at")
+            times = cast(list[str | None], reads.execute())  # decode_responses: text
+        return [
+            TokenRecord.of(digest, username, int(at))
+            for digest, at in zip(digests, times, strict=True)
+            if at is not None  # expired between the two reads
+        ]
 
     def revoke_all(self, username: str) -> int:
         with self._answering() as connection:
@@ -371,6 +407,21 @@ class RedisTokenStore(RefreshTokenStore):
         self._purge_all_expired()
         with self._answering() as connection:
             return self._run(connection, connection.revoke_prefix, [], prefix)
+
+    def deny(self, digest: str, until: float) -> None:
+        now = self.clock()
+        if until <= now:
+            return
+        with self._answering() as connection:
+            # the TTL counts from this host's clock, like the tokens' (module docstring)
+            connection.client.set(
+                DENIED_KEY_PREFIX + digest, repr(until), px=max(1, math.ceil((until - now) * 1000))
+            )
+
+    def is_denied(self, digest: str) -> bool:
+        with self._answering() as connection:
+            until = cast(str | None, connection.client.get(DENIED_KEY_PREFIX + digest))
+        return until is not None and self.clock() < float(until)
 
     def count(self) -> int:
         self._purge_all_expired()

@@ -29,18 +29,27 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
     expires_at INTEGER,
     family     TEXT,
     generation INTEGER,
-    retired_at REAL
+    retired_at REAL,
+    parent     TEXT,
+    sequence   INTEGER
 ) WITHOUT ROWID;
 """
 #: Columns added since the first schema: ALTER TABLE adds each one a file lacks.
 #: ``expires_at``: NULL, valid until revoked. ``family``: the digest of the family's
 #: first token, NULL for a token never rotated (a family of its own); ``generation``:
-#: 0 for a login, +1 per rotation; ``retired_at``: when it was rotated, NULL while live.
+#: 0 for a login, +1 per rotation; ``retired_at``: when it was rotated, NULL while live;
+#: ``parent``: the digest of the token whose rotation made it, NULL for a login (and for a
+#: successor made before the column: a retry then finds no unused successor, and is reuse);
+#: ``sequence``: the order of issue, so that same-second tokens are told apart exactly,
+#: set under a per-user limit or a lifetime; NULL without either (SPEC.md's defaults'
+#: one INSERT, where nothing is evicted) and in older rows, which sort first in a second.
 ADDED_COLUMNS = {
     "expires_at": "INTEGER",
     "family": "TEXT",
     "generation": "INTEGER",
     "retired_at": "REAL",
+    "parent": "TEXT",
+    "sequence": "INTEGER",
 }
 #: Partial indexes: a token without expiry or family (SPEC.md's defaults) adds nothing.
 INDEXES = """
@@ -48,6 +57,16 @@ CREATE INDEX IF NOT EXISTS refresh_tokens_by_expiry
     ON refresh_tokens (expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS refresh_tokens_by_family
     ON refresh_tokens (family, generation) WHERE family IS NOT NULL;
+CREATE INDEX IF NOT EXISTS refresh_tokens_by_sequence
+    ON refresh_tokens (sequence) WHERE sequence IS NOT NULL;
+"""
+#: Signed tokens refused until they expire (a logged-out cookie token), by digest.
+DENIED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS denied_tokens (
+    digest     TEXT PRIMARY KEY,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS denied_tokens_by_expiry ON denied_tokens (expires_at);
 """
 #: Only the per-user limit needs a user's tokens on every login: this index is made when
 #: the limit is set, and kept after (another process may have the limit set). Without
@@ -114,14 +133,16 @@ class SQLiteTokenStore(RefreshTokenStore):
                 live = connection.execute(
                     "SELECT digest, family FROM refresh_tokens"
                     " WHERE username = ? AND retired_at IS NULL"
-                    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY issued_at, digest",
+                    " AND (expires_at IS NULL OR expires_at > ?)"
+                    " ORDER BY issued_at, sequence, digest",  # same-second: order of issue
                     (username, now),
                 ).fetchall()
                 for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
                     _forget_live(connection, digest, family)
             connection.execute(
-                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence)"
+                " VALUES (?, ?, ?, ?, (SELECT coalesce(max(sequence), 0) + 1"
+                " FROM refresh_tokens WHERE sequence IS NOT NULL))",  # the end of its index
                 (token_digest(token), username, issued_at, expires_at),
             )
 
@@ -163,10 +184,12 @@ class SQLiteTokenStore(RefreshTokenStore):
             else:
                 unused = None
                 if policy.reuse_grace and now < retired_at + policy.reuse_grace:
-                    unused = connection.execute(  # the successor, if nothing rotated it yet
-                        "SELECT digest FROM refresh_tokens"
-                        " WHERE family = ? AND generation = ? AND retired_at IS NULL",
-                        (family, generation + 1),
+                    # this token's own successor, if nothing rotated or replaced it yet: a
+                    # sibling's successor (another retry's, rotated since) is not its to retry
+                    unused = connection.execute(
+                        "SELECT digest FROM refresh_tokens WHERE family = ? AND generation = ?"
+                        " AND parent = ? AND retired_at IS NULL",
+                        (family, generation + 1, digest),
                     ).fetchone()
                 if unused is None:
                     connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
@@ -183,11 +206,14 @@ class SQLiteTokenStore(RefreshTokenStore):
                     (expires_at, family),
                 )
             connection.execute(
-                "INSERT INTO refresh_tokens"
-                " (digest, username, issued_at, expires_at, family, generation)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (token_digest(successor), owner, int(now), expires_at, family, generation + 1),
-            )
+                # numbered, as issue() numbers, only where a limit or a lifetime is set
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, family,"
+                " generation, parent, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? THEN"
+                " (SELECT coalesce(max(sequence), 0) + 1 FROM refresh_tokens"
+                " WHERE sequence IS NOT NULL) END)",
+                (token_digest(successor), owner, int(now), expires_at, family, generation + 1,
+                 digest, bool(policy.per_user or policy.lifetime)),
+            )  # fmt: skip
             connection.execute(
                 "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
                 (family, generation + 1 - RETIRED_GENERATIONS_KEPT),
@@ -215,7 +241,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             rows = connection.execute(
                 "SELECT digest, issued_at FROM refresh_tokens WHERE username = ?"
                 " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
-                " ORDER BY issued_at, digest",
+                " ORDER BY issued_at, sequence, digest",
                 (username, self.clock()),
             ).fetchall()
         return [TokenRecord.of(digest, username, at) for digest, at in rows]
@@ -244,6 +270,31 @@ class SQLiteTokenStore(RefreshTokenStore):
                 return 0
             _forget_live(connection, *rows[0])
         return 1
+
+    def deny(self, digest: str, until: float) -> None:
+        now = self.clock()
+        if until <= now:
+            return
+        # durable, like a revoke: a logout that answered must not be undone
+        with self._connection(durable=True) as connection, _transaction(connection):
+            connection.execute(  # a bounded batch of expired entries, through the index
+                "DELETE FROM denied_tokens WHERE digest IN"
+                " (SELECT digest FROM denied_tokens WHERE expires_at <= ? LIMIT ?)",
+                (now, PURGE_BATCH),
+            )
+            connection.execute(
+                "INSERT INTO denied_tokens (digest, expires_at) VALUES (?, ?) ON CONFLICT"
+                " (digest) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
+                (digest, until),
+            )
+
+    def is_denied(self, digest: str) -> bool:
+        with self._connection() as connection:
+            row = connection.execute(
+                "SELECT 1 FROM denied_tokens WHERE digest = ? AND expires_at > ?",
+                (digest, self.clock()),
+            ).fetchone()
+        return row is not None
 
     def count(self) -> int:
         with self._connection() as connection:
@@ -299,6 +350,7 @@ class SQLiteTokenStore(RefreshTokenStore):
     def _create_schema(self, connection: sqlite3.Connection) -> None:
         connection.executescript(SCHEMA)
         _migrate(connection)
+        connection.executescript(DENIED_SCHEMA)
         if self.policy.per_user:
             connection.execute(USERNAME_INDEX)
 

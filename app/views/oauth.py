@@ -2,8 +2,9 @@
 
 ``GET /auth/<provider>/login`` sends the browser to the provider;
 ``GET /auth/<provider>/callback`` takes its answer, sets the cookie token that
-``GET /api/v1/me`` reads and sends the browser on; ``POST /auth/logout`` clears
-that cookie, with or without a provider configured.
+``GET /api/v1/me`` reads and sends the browser on; ``POST /auth/logout`` refuses
+that token from then on and clears the cookie, with or without a provider
+configured. The login start and the logout refuse another site's request.
 """
 
 from __future__ import annotations
@@ -11,22 +12,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, url_for
-from werkzeug.exceptions import NotFound
+from werkzeug.exceptions import Forbidden, NotFound
 
 from app.config import Settings, current_settings
+from app.request_log import note
 from app.responses import bodiless
+from app.security import log_out_cookie_token
 from app.third_party_login import ROUTE_PREFIX, login_flow
+from app.third_party_login.cross_site import is_cross_site
 from app.tokens import issue_cookie_token
 
 if TYPE_CHECKING:
     from app.third_party_login.flow import LoginFlow
+
+#: Why a login start or a logout was refused: it came from another site.
+CROSS_SITE = "cross_site"
 
 bp = Blueprint("oauth", __name__, url_prefix=ROUTE_PREFIX)
 
 
 @bp.get("/<provider>/login")
 def login(provider: str) -> Response:
-    """Send the browser to the provider's authorization endpoint."""
+    """Send the browser to the provider's authorization endpoint; 403 from another site."""
+    _refuse_cross_site(navigation=True)
     location = _flow_of(provider).authorization_url(provider, _callback_url(provider))
     return bodiless(302, Location=location)
 
@@ -46,10 +54,22 @@ def callback(provider: str) -> Response:
 
 @bp.post("/logout")
 def logout() -> Response:
-    """Clear the cookie token; 204 whether or not one was set."""
+    """Refuse the cookie token from now on and clear it; 204 whether or not one was set.
+
+    403 from another site: a page elsewhere must not log the user out.
+    """
+    _refuse_cross_site()
+    log_out_cookie_token()
     response = bodiless(204)
     response.delete_cookie(**_auth_cookie(current_settings()))
     return response
+
+
+def _refuse_cross_site(*, navigation: bool = False) -> None:
+    """Answer 403 (``{"message": "No access"}``, the one 403 body) to another site's request."""
+    if is_cross_site(navigation=navigation):
+        note(reason=CROSS_SITE)
+        raise Forbidden()
 
 
 def _flow_of(provider: str) -> LoginFlow:

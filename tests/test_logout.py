@@ -1,0 +1,214 @@
+"""POST /auth/logout refuses the cookie token everywhere; it and the login start refuse others."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.store import token_digest
+from app.third_party_login.cross_site import origin_of
+from app.tokens import issue_access_token, issue_cookie_token
+from tests.conftest import bearer, free_port, make_token
+from tests.test_store import Clock
+
+USER = {"source": "corp", "id": "248289761001", "shownName": "Jane Doe"}
+OTHER_USER = {"source": "corp", "id": "42", "shownName": "John Roe"}
+EVIL = "https://evil.example"
+
+
+def cookie_token(app, user=USER, lifetime: int = 600) -> str:
+    return issue_cookie_token(user, app.config["SETTINGS"].signing_keys, lifetime)
+
+
+def me(client, token: str):
+    client.set_cookie("jwt", token)
+    return client.get("/api/v1/me")
+
+
+def logout(client, token: str | None = None, **headers: str):
+    if token is not None:
+        client.set_cookie("jwt", token)
+    return client.post("/auth/logout", headers=headers)
+
+
+def request_lines(capfd) -> list[dict]:
+    return [json.loads(line) for line in capfd.readouterr().out.splitlines() if line[:1] == "{"]
+
+
+# --- cross-site requests --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": EVIL},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": EVIL},
+        {"Sec-Fetch-Site": "same-site"},  # a sibling host: no Origin, nothing to trust
+        {"Sec-Fetch-Site": "same-site", "Origin": "https://user-pages.localhost"},
+        {"Sec-Fetch-Site": "none"},  # only a navigation is typed: never a POST
+        {"Origin": "null"},  # a sandboxed page or a file
+        {"Origin": "http://localhost:8080"},  # another port is another origin
+        {"Origin": "https://localhost"},  # another scheme too
+        {"Origin": "http://localhost:x"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": "http://[::1"},
+    ],
+)
+@pytest.mark.store("sqlite")
+def test_a_cross_site_logout_is_403_and_logs_nobody_out(app, client, capfd, headers):
+    token = cookie_token(app)
+    capfd.readouterr()
+    response = logout(client, token, **headers)
+    assert response.status_code == 403
+    assert response.get_json() == {"message": "No access"}
+    assert "Set-Cookie" not in response.headers
+    (line,) = request_lines(capfd)
+    assert (line["status"], line["reason"]) == (403, "cross_site")
+    assert me(client, token).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},  # curl, scripts/logout.sh
+        {"Sec-Fetch-Site": "same-origin"},
+        {"Sec-Fetch-Site": "same-origin", "Origin": "http://localhost"},
+        {"Origin": "http://localhost"},  # the request's own scheme and host
+        {"Origin": "HTTP://LOCALHOST:80"},
+    ],
+)
+@pytest.mark.store("sqlite")
+def test_a_same_origin_or_headerless_logout_is_204(app, client, headers):
+    token = cookie_token(app)
+    response = logout(client, token, **headers)
+    assert response.status_code == 204
+    assert client.get_cookie("jwt") is None
+    assert me(client, token).status_code == 401
+
+
+@pytest.mark.store("sqlite")
+def test_the_public_url_and_the_login_redirect_are_the_trusted_origins(make_app):
+    app = make_app(
+        PUBLIC_URL="https://auth.example.com", LOGIN_REDIRECT_URL="https://app.example.com/home"
+    )
+    client = app.test_client()
+    for origin, status in [
+        ("https://auth.example.com", 204),
+        ("https://auth.example.com:443", 204),
+        ("https://app.example.com", 204),  # the front end the login leads to
+        ("http://localhost", 403),  # the request's host no longer counts: PUBLIC_URL does
+        ("https://user-pages.example.com", 403),
+    ]:
+        headers = {"Sec-Fetch-Site": "same-site", "Origin": origin}
+        assert logout(client, cookie_token(app), **headers).status_code == status, origin
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Origin": EVIL}, 403),
+        ({"Sec-Fetch-Site": "cross-site", "Origin": EVIL}, 403),
+        ({"Sec-Fetch-Site": "same-origin"}, 404),
+        ({"Sec-Fetch-Site": "none"}, 404),  # typed or bookmarked
+        ({"Sec-Fetch-Site": "same-site"}, 404),  # a link from the site's front end
+        ({}, 404),
+    ],
+)
+@pytest.mark.store("sqlite")
+def test_the_login_start_refuses_a_cross_site_request_before_anything_else(client, headers, status):
+    # no provider is configured: what passes the check is the unknown provider's 404
+    response = client.get("/auth/corp/login", headers=headers)
+    assert response.status_code == status
+    if status == 403:
+        assert response.get_json() == {"message": "No access"}
+
+
+# --- a logged-out cookie token -------------------------------------------------------
+
+
+def test_a_logged_out_cookie_token_is_401_on_every_app_of_the_store(make_app, capfd):
+    first, second = make_app(), make_app()  # two workers or hosts on one store
+    token, others = cookie_token(first), cookie_token(first, OTHER_USER)
+    client = first.test_client()
+    assert me(second.test_client(), token).status_code == 200
+    capfd.readouterr()
+    assert logout(client, token).status_code == 204
+    (line,) = request_lines(capfd)
+    assert (line["event"], line["user"]) == ("logout", USER["id"])
+    assert token not in json.dumps(line)
+    for app in (first, second):
+        response = me(app.test_client(), token)
+        assert response.status_code == 401
+        assert response.data == b"Unauthorized"
+        assert me(app.test_client(), others).get_json() == OTHER_USER
+    (line,) = request_lines(capfd)[-2:-1]
+    assert (line["status"], line["reason"]) == (401, "logged_out")
+
+
+def test_a_cookie_token_with_only_the_spec_claims_is_logged_out_too(app, client, signing_key):
+    token = make_token(signing_key, {"sub": {"id": "7"}, "exp": 2_000_000_000})
+    assert me(client, token).status_code == 200
+    assert logout(client, token).status_code == 204
+    assert me(client, token).status_code == 401
+
+
+def test_the_deny_entry_lasts_until_the_tokens_exp_and_the_clock_skew(app, client):
+    store = app.extensions["token_store"]
+    store.clock = Clock()
+    token = cookie_token(app, lifetime=600)
+    exp = int(store.clock()) + 600  # issued in this second (the Clock's is a whole one)
+    assert logout(client, token).status_code == 204
+    digest, skew = token_digest(token), app.config["SETTINGS"].clock_skew
+    store.clock.advance(exp + skew - store.clock() - 0.5)
+    assert store.is_denied(digest) is True
+    store.clock.advance(0.5)  # the token has expired on every host: the entry with it
+    assert store.is_denied(digest) is False
+
+
+@pytest.mark.parametrize("cookie", [None, "not.a.token", "expired"])
+def test_a_logout_without_a_valid_cookie_token_denies_nothing(app, client, cookie):
+    if cookie == "expired":
+        cookie = cookie_token(app, lifetime=-1)
+    assert logout(client, cookie).status_code == 204
+    store = app.extensions["token_store"]
+    assert store.is_denied(token_digest(cookie or "")) is False
+
+
+@pytest.mark.own_store
+def test_a_store_down_is_503_on_me_and_logout_and_never_on_bearer_endpoints(make_app):
+    app = make_app(TOKEN_STORE_URL=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens
+    client, token = app.test_client(), cookie_token(app)
+    assert me(client, token).status_code == 503  # fail closed: no token passes unchecked
+    assert logout(client, token).status_code == 503  # and the cookie is kept, to retry
+    access_token = issue_access_token("alice", "user", app.config["SETTINGS"].signing_keys, 60)
+    assert client.get("/user-accessible", headers=bearer(access_token)).status_code == 200
+    assert me(client, "not.a.token").status_code == 401  # refused before the store is asked
+
+
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=60)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    origin=st.one_of(st.none(), HEADER_TEXT, st.sampled_from(["http://localhost", EVIL])),
+    site=st.one_of(st.none(), HEADER_TEXT, st.sampled_from(["same-origin", "cross-site"])),
+)
+@pytest.mark.store("sqlite")
+def test_any_origin_and_fetch_site_get_204_only_from_here_else_403(client, origin, site):
+    named = [("Origin", origin), ("Sec-Fetch-Site", site)]
+    headers = {name: value for name, value in named if value is not None}
+    response = client.post("/auth/logout", headers=headers)
+    from_here = site == "same-origin" or (
+        origin_of(origin) == "http://localhost" if origin is not None else site is None
+    )
+    assert response.status_code == (204 if from_here else 403)
