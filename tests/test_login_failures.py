@@ -9,6 +9,7 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 from argon2 import PasswordHasher
 
 from app.config import DEFAULT_LOGIN_FAILURE_LIMIT, ConfigError, Settings
@@ -210,13 +211,18 @@ def test_apps_sharing_the_counters_share_the_limit(limited_app):
     assert log_in(other, password=PASSWORD).status_code == 429
 
 
-@pytest.mark.store("sqlite")
-def test_the_counters_never_hold_the_username(limited_app, instance_path):
+def test_the_counters_never_hold_the_username(limited_app, instance_path, store_backend):
     client = limited_app().test_client()
     log_in(client, "my-password-typed-as-name")
-    with sqlite3.connect(instance_path / SQLITE_FILE_NAME) as connection:
-        (key,) = [row[0] for row in connection.execute("SELECT key FROM rate_limits")]
-    assert key.startswith("login_failures/")
+    if store_backend is None:  # SQLite: the counters' own file
+        with sqlite3.connect(instance_path / SQLITE_FILE_NAME) as connection:
+            keys = [row[0] for row in connection.execute("SELECT key FROM rate_limits")]
+    else:
+        with redis.Redis.from_url(store_backend, decode_responses=True) as server:
+            keys = [key for key in server.keys("*") if not key.startswith("rt:")]
+    (key,) = keys
+    prefix = "login_failures/" if store_backend is None else "rl:login_failures/"
+    assert key.startswith(prefix)
     assert "my-password" not in key
 
 
@@ -261,7 +267,9 @@ def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
     assert "token_service_rate_limit_errors_total 3.0" in metrics
     # the storage is back: once the second without tries has passed, logins work again
     (instance_path / SQLITE_FILE_NAME).rmdir()
-    client.application.extensions["login_failure_limit"]._refusing_until = 0.001
+    limit = client.application.extensions["login_failure_limit"]
+    later = limit.clock() + 2
+    limit.clock = lambda: later
     assert log_in(client, password=PASSWORD).status_code == 200
     assert "logins accepted again" in caplog.records[-1].getMessage()
 
