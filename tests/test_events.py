@@ -51,6 +51,29 @@ def test_no_module_spells_a_reason_or_an_event_itself():
     assert spelled == [], "name it in app/events.py and use the member"
 
 
+#: Strings that equal a name of app/events.py but name something else.
+HOMONYMS = {
+    ("app/cli.py", "revoke"),  # a command
+    ("app/metrics.py", "rate_limited"),  # a slot
+    ("app/openapi.py", "login"),  # links of the API document
+    ("app/openapi.py", "refresh"),
+    ("app/openapi.py", "revoke"),
+    ("app/views/auth.py", "login"),  # the rate limit's endpoint
+}
+
+
+def test_no_module_spells_a_known_name_anywhere():
+    names = {member.value for member in Event} | {member.value for member in Reason}
+    spelled = {
+        (str(path.relative_to(ROOT)), node.value)
+        for path in sorted(APP.rglob("*.py"))
+        if path.name != "events.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    }
+    assert spelled <= HOMONYMS, spelled - HOMONYMS
+
+
 def test_the_check_finds_a_literal(tmp_path):
     source = tmp_path / "probe.py"
     source.write_text(
