@@ -23,6 +23,7 @@ from flask.cli import AppGroup
 from flask.logging import default_handler
 
 from app.config import current_settings
+from app.events import Event
 from app.keys import EDDSA, ES256, HS256, create_private_file, new_private_key_pem, private_key_file
 from app.logging_config import logging_config
 from app.store import StoreUnavailableError, get_store, shown_digest
@@ -42,9 +43,6 @@ HEX_PREFIX = re.compile(rf"[0-9a-fA-F]{{{MIN_DIGEST_PREFIX},64}}")
 MAX_TOKEN_LINE = 4096
 #: The longest password ``flask users add`` takes.
 MAX_PASSWORD_LENGTH = 1024
-#: The security events of the operator commands, as their log lines name them.
-USER_ADDED, USER_REMOVED = "user_added", "user_removed"
-USER_PASSWORD_CHANGED = "user_password_changed"  # noqa: S105 (an event, not a password)
 
 tokens = AppGroup("tokens", help="Count, list and revoke refresh tokens (never shown in clear).")
 keys = AppGroup("keys", help="Make and show signing keys (shown by kid, never in clear).")
@@ -58,7 +56,7 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(users)
 
 
-def log_event(event: str, message: str, *args: object, **fields: str) -> None:
+def log_event(event: Event, message: str, *args: object, **fields: str) -> None:
     """Log an operator command's security event: one line in the service's log format."""
     if not logging.getLogger().handlers:  # a `flask` command: gunicorn set nothing up
         settings = current_settings()
@@ -255,10 +253,10 @@ def add_user_command(name: str, replace: bool) -> None:
     if not changed:
         raise click.ClickException(f"the user {name!r} exists; --replace sets a new password")
     if existed:
-        log_event(USER_PASSWORD_CHANGED, "user password changed: %r", name, user=name)
+        log_event(Event.USER_PASSWORD_CHANGED, "user password changed: %r", name, user=name)
         click.echo(f"new password for {name!r}")
     else:
-        log_event(USER_ADDED, "user added: %r", name, user=name)
+        log_event(Event.USER_ADDED, "user added: %r", name, user=name)
         click.echo(f"added {name!r}")
 
 
@@ -271,7 +269,7 @@ def remove_user_command(name: str) -> None:
         removed = change_users(path, lambda directory: directory.pop(name, None) is not None)
     if not removed:
         raise click.ClickException(f"no user {name!r} in {path}")
-    log_event(USER_REMOVED, "user removed: %r", name, user=name)
+    log_event(Event.USER_REMOVED, "user removed: %r", name, user=name)
     click.echo(f"removed {name!r}")
 
 

@@ -51,6 +51,10 @@ SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
 DEFAULT_RATE_LIMIT_AUTH = "20 per second; 600 per minute"
 #: Addresses never limited: the host itself (a local proxy, probes, an operator's curl).
 DEFAULT_RATE_LIMIT_EXEMPT = "127.0.0.0/8, ::1"
+#: Failed password checks per username (README, "Rate limits"), with USERS_FILE.
+DEFAULT_LOGIN_FAILURE_LIMIT = "10 per minute"
+#: Addresses that GET /metrics answers: the host itself (a local Prometheus or agent).
+DEFAULT_METRICS_ALLOW = "127.0.0.0/8, ::1"
 #: Where the instance folder is when INSTANCE_PATH is unset: ``instance/`` beside ``app/``.
 DEFAULT_INSTANCE_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "instance")
 #: Secrets that the project's own docs and examples have shown: public, so never usable.
@@ -345,6 +349,10 @@ class Settings:
     log_level: str = _setting("LOG_LEVEL", _log_level, "INFO")
     log_format: str = _setting("LOG_FORMAT", _one_of("json", "text"), "json")
     metrics: bool = _setting("METRICS", _boolean, True)
+    #: The networks GET /metrics answers; anyone else gets 404. (): nobody.
+    metrics_allow: tuple[IPNetwork, ...] = _setting(
+        "METRICS_ALLOW", _networks, _networks("METRICS_ALLOW", DEFAULT_METRICS_ALLOW)
+    )
     web_concurrency: int | None = _setting("WEB_CONCURRENCY", _int_between(1, 64))
     #: normal: revokes on disk before 204, logins survive any process crash; strict: all on disk.
     store_durability: str = _setting(
@@ -389,6 +397,12 @@ class Settings:
     )
     #: None: SPEC.md's open login (no password checked); else the user directory's file.
     users_file: str | None = _setting("USERS_FILE", _users_file)
+    #: Failed password checks per username (with USERS_FILE), shortest window first; (): off.
+    login_failure_limit: tuple[RateLimitItem, ...] = _setting(
+        "LOGIN_FAILURE_LIMIT",
+        _rate_limits,
+        _rate_limits("LOGIN_FAILURE_LIMIT", DEFAULT_LOGIN_FAILURE_LIMIT),
+    )
 
     @classmethod
     def load(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import ipaddress
 import logging
 import os
 import shutil
@@ -36,6 +37,9 @@ from typing import Any
 
 from flask import Flask, Request, Response, current_app
 from werkzeug.routing import Rule
+
+from app.config import IPNetwork
+from app.events import AUTH_FAILURE_REASONS, Event
 
 EXTENSION_KEY = "metrics"
 #: The environ key under which the route rule of a request waits for the metrics.
@@ -48,20 +52,26 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: Requests no route matched (404, 405): one label value, whatever the path.
 UNMATCHED = "unmatched"
-#: Why an authentication failed, as requires_roles and the auth views note it.
-AUTH_FAILURE_REASONS = (
-    "missing",
-    "malformed",
-    "bad_signature",
-    "expired",
-    "wrong_role",
-    "unknown_refresh_token",
-    "another_users_token",
-)
+#: The token counter's ``event`` label values.
 TOKEN_EVENTS = ("issued", "refreshed", "revoked")
-#: The request log's security events that issue or refresh a token (app/views/auth.py).
-TOKEN_EVENT_OF = {"login": "issued", "refresh": "refreshed", "refresh_token_retry": "refreshed"}
-#: The status of a request refused by a rate limit (none is enforced yet).
+#: What each security event adds to the token counter. Every event is listed, so that a
+#: new one is counted by decision, not forgotten (tests/test_metrics.py checks it).
+TOKEN_EVENT_OF: dict[str, str | None] = {
+    Event.LOGIN: "issued",
+    Event.REFRESH: "refreshed",
+    Event.REFRESH_TOKEN_RETRY: "refreshed",
+    Event.REVOKE: None,  # "revoked" only when the token was known: the ``revoked`` note
+    Event.LOGOUT: None,  # a cookie token denied: no refresh token issued or revoked
+    Event.LOGIN_FAILED: None,
+    Event.LOGIN_LIMITED: None,
+    Event.REFRESH_FAILED: None,
+    Event.REFRESH_TOKEN_REUSE: None,  # a family revoked, not a token presented
+    Event.RATE_LIMITED: None,
+    Event.USER_ADDED: None,  # the operator commands' events: no request, nothing to count
+    Event.USER_PASSWORD_CHANGED: None,
+    Event.USER_REMOVED: None,
+}
+#: The status of a request refused by a rate limit.
 TOO_MANY_REQUESTS = 429
 #: Seconds between two flushes of a worker's counts into the shared files.
 FLUSH_SECONDS = 1.0
@@ -116,7 +126,8 @@ class Metrics:
         )
         self.rate_limit_errors = Counter(
             "token_service_rate_limit_errors",
-            "Requests let through unchecked because the rate limit's counters did not answer.",
+            "Requests whose rate-limit counters did not answer: let through unchecked"
+            " (RATE_LIMIT_AUTH), or refused with 503 (LOGIN_FAILURE_LIMIT).",
             registry=registry,
         )
         # Label values known in advance are exported from the start, at 0.
@@ -266,12 +277,28 @@ class RuleInEnvironRequest(Request):
         self.environ[RULE_KEY] = rule
 
 
-def metrics_response() -> Response | None:
-    """Return the ``/metrics`` answer, or None when metrics are off."""
+def metrics_response(address: str | None, allowed: tuple[IPNetwork, ...]) -> Response | None:
+    """Return the ``/metrics`` answer for a client at ``address``, or None when metrics are
+    off or ``address`` is outside ``allowed`` (METRICS_ALLOW)."""
     metrics: Metrics | None = current_app.extensions.get(EXTENSION_KEY)
-    if metrics is None:
+    if metrics is None or not address_allowed(address, allowed):
         return None
     return Response(metrics.exposition(), 200, [("Content-Type", CONTENT_TYPE)])
+
+
+def address_allowed(address: str | None, allowed: tuple[IPNetwork, ...]) -> bool:
+    """Return whether ``address`` (an IP address, as the app sees the client) is in ``allowed``.
+
+    ``::ffff:a.b.c.d`` (IPv4 on a dual-stack socket) is ``a.b.c.d``; anything that is not
+    an IP address is in no network.
+    """
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return any(ip in network for network in allowed)
 
 
 def fresh_multiprocess_folder(instance_path: str) -> str:

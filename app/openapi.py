@@ -201,6 +201,9 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
     }
     unauthorized_bearer = {"401": ref("responses", "BearerUnauthorized")}
     limited = errors(429) if settings.rate_limit_auth else {}
+    login_limited = limited or (
+        errors(429) if settings.users_file and settings.login_failure_limit else {}
+    )
     if settings.users_file:
         login_description = (
             "The password is checked against the user directory: a wrong password or an "
@@ -251,7 +254,7 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                     },
                     **login_refused,
                     **errors(400, 413, 415),
-                    **limited,
+                    **login_limited,
                     **errors(503),
                 },
             }
@@ -504,7 +507,7 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
                         "description": "The current metrics.",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
-                    **errors(404),  # METRICS=off
+                    **errors(404),  # METRICS=off, or a client outside METRICS_ALLOW
                 },
             }
         },
@@ -780,8 +783,10 @@ def components(settings: Settings) -> dict[str, Any]:
                 {"message": "identity provider did not answer"},
             ),
             "TooManyRequests": answer(
-                "Too many requests from this client address (RATE_LIMIT_AUTH); Retry-After "
-                "says in how many seconds the window that refused it frees.",
+                "Too many requests from this client address (RATE_LIMIT_AUTH), or, on "
+                "/login with a user directory, too many failed logins for this username "
+                "(LOGIN_FAILURE_LIMIT); Retry-After says in how many seconds the window "
+                "that refused it frees.",
                 ref("schemas", "Message"),
                 {"message": "too many requests"},
                 Retry_After=ref("headers", "RetryAfter"),

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from flask import request
 
+from app.events import Event
 from app.logging_config import REQUEST_ID_KEY, quoted, timestamp, word
 from app.redaction import redact, redacted_path
 
@@ -40,7 +41,7 @@ FAILED = "500 INTERNAL SERVER ERROR"
 #: What views may note beside ``user``, in the order a line shows them.
 NOTED_FIELDS = ("reason", "revoked", "event", "family")
 #: Security events whose line is a WARNING rather than INFO.
-WARNING_EVENTS = frozenset({"refresh_token_reuse"})
+WARNING_EVENTS = frozenset({Event.REFRESH_TOKEN_REUSE})
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import jwt
 
+from app.events import Reason
+
 if TYPE_CHECKING:
     from app.keys import KeyRing
 
@@ -44,14 +46,16 @@ ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
 COOKIE_USER_FIELDS = ("source", "id", "shownName")
 
 
-#: Why a token was refused, as the request log and the metrics name it.
-MALFORMED, BAD_SIGNATURE, EXPIRED = "malformed", "bad_signature", "expired"
+#: Why a token was refused (app/events.py names every reason).
+MALFORMED, BAD_SIGNATURE, EXPIRED = Reason.MALFORMED, Reason.BAD_SIGNATURE, Reason.EXPIRED
 
 
 class InvalidTokenError(Exception):
     """A token is missing, malformed, wrongly signed, expired or lacks a claim."""
 
-    def __init__(self, message: str, reason: str = MALFORMED, *, permanent: bool = False) -> None:
+    def __init__(
+        self, message: str, reason: Reason = MALFORMED, *, permanent: bool = False
+    ) -> None:
         super().__init__(message)
         #: ``malformed`` (anything not a valid token of ours), ``bad_signature`` or ``expired``
         self.reason = reason
@@ -70,13 +74,13 @@ class _RefusedTokens:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._reasons: dict[tuple[str, KeyRing], str] = {}
+        self._reasons: dict[tuple[str, KeyRing], Reason] = {}
         self._lock = threading.Lock()
 
-    def reason(self, token: str, keys: KeyRing) -> str | None:
+    def reason(self, token: str, keys: KeyRing) -> Reason | None:
         return self._reasons.get((token, keys))
 
-    def add(self, token: str, keys: KeyRing, reason: str) -> None:
+    def add(self, token: str, keys: KeyRing, reason: Reason) -> None:
         with self._lock:
             if len(self._reasons) >= self.size:  # forget the oldest
                 del self._reasons[next(iter(self._reasons))]

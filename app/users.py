@@ -24,7 +24,6 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from argon2 import PasswordHasher, Type, extract_parameters
@@ -52,14 +51,6 @@ logger = logging.getLogger(__name__)
 
 class UsersFileError(ValueError):
     """The user directory's file cannot be used; the message starts with its path."""
-
-
-class Outcome(Enum):
-    """What checking a username and password found; the value is the log's ``reason``."""
-
-    AUTHENTICATED = "authenticated"
-    UNKNOWN_USER = "unknown_user"
-    WRONG_PASSWORD = "wrong_password"  # noqa: S105 (a reason, not a password)
 
 
 def username_problem(name: str) -> str | None:
@@ -194,23 +185,27 @@ class UserDirectory:
         self._dummy_hash = hasher.hash(secrets.token_hex(16))
         self._reload()
 
-    def authenticate(self, username: str, password: str) -> Outcome:
-        """Return whether ``password`` is ``username``'s; upgrade the hash if it is."""
+    def authenticate(self, username: str, password: str) -> bool:
+        """Return whether ``password`` is ``username``'s; upgrade the hash if it is.
+
+        False alike for a wrong password and an unknown user: callers cannot tell them
+        apart, so neither can anything they show (answers, log lines, metrics).
+        """
         if self.clock() >= self._next_look:
             self._reload_if_changed()
         hashed = self._users.get(username)
         try:
             self.hasher.verify(hashed or self._dummy_hash, password)
         except VerifyMismatchError:
-            return Outcome.WRONG_PASSWORD if hashed else Outcome.UNKNOWN_USER
+            return False
         except (VerificationError, InvalidHashError):  # a hash the library cannot check
             logger.error("USERS_FILE: the hash of %r cannot be checked", username)
-            return Outcome.WRONG_PASSWORD
+            return False
         if hashed is None:  # the dummy's password is random: never found
-            return Outcome.UNKNOWN_USER
+            return False
         if self.hasher.check_needs_rehash(hashed):
             self._upgrade(username, hashed, password)
-        return Outcome.AUTHENTICATED
+        return True
 
     def _reload_if_changed(self) -> None:
         with self._lock:

@@ -364,3 +364,64 @@ def test_metrics_script_checks_a_live_server(gunicorn_server):
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0
     assert "no answer from" in result.stderr
+
+
+# --- who may read the metrics (METRICS_ALLOW) ------------------------------------------
+
+
+def from_address(address: str) -> dict:
+    return {"environ_overrides": {"REMOTE_ADDR": address}}
+
+
+def without_request_id(response) -> tuple:
+    headers = sorted((k, v) for k, v in response.headers.items() if k != "X-Request-ID")
+    return response.status_code, response.data, headers
+
+
+@pytest.mark.parametrize("address", ["203.0.113.7", "10.1.2.3", "::2", "::ffff:10.0.0.1"])
+def test_a_stranger_gets_the_404_of_a_path_that_does_not_exist(client, address):
+    response = client.get("/metrics", **from_address(address))
+    assert response.status_code == 404
+    assert without_request_id(response) == without_request_id(
+        client.get("/no-such-path", **from_address(address))
+    )
+    assert b"token_service" not in response.data
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.9.8.7", "::1", "::ffff:127.0.0.1"])
+def test_the_host_itself_may_read_the_metrics_by_default(client, address):
+    response = client.get("/metrics", **from_address(address))
+    assert response.status_code == 200
+    assert b"token_service_http_requests_total" in response.data
+
+
+def test_metrics_allow_names_the_scrapers_networks(make_app):
+    client = make_app(METRICS_ALLOW="10.0.0.0/8, 2001:db8::/32").test_client()
+    assert client.get("/metrics", **from_address("10.1.2.3")).status_code == 200
+    assert client.get("/metrics", **from_address("2001:db8::5")).status_code == 200
+    assert client.get("/metrics", **from_address("127.0.0.1")).status_code == 404
+    assert client.get("/metrics", **from_address("11.0.0.1")).status_code == 404
+
+
+def test_an_empty_metrics_allow_answers_nobody(make_app):
+    client = make_app(METRICS_ALLOW="").test_client()
+    for address in ["127.0.0.1", "::1", "10.1.2.3"]:
+        assert client.get("/metrics", **from_address(address)).status_code == 404
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/33", "localhost", "10.0.0.1/8"])
+def test_a_bad_metrics_allow_refuses_to_start(tmp_path, value):
+    from app.config import ConfigError, Settings
+
+    with pytest.raises(ConfigError, match="METRICS_ALLOW must be comma-separated"):
+        Settings.load({"METRICS_ALLOW": value, "INSTANCE_PATH": str(tmp_path)})
+
+
+@pytest.mark.gunicorn
+def test_gunicorn_answers_the_metrics_to_loopback_only_by_default(gunicorn_server):
+    server = gunicorn_server(workers=1)
+    assert fresh("GET", f"{server.url}/metrics").status_code == 200  # reached from loopback
+    elsewhere = gunicorn_server({"METRICS_ALLOW": "10.0.0.0/8"}, workers=1)
+    response = fresh("GET", f"{elsewhere.url}/metrics")
+    assert response.status_code == 404
+    assert response.json() == {"message": "not found"}

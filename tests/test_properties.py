@@ -247,7 +247,10 @@ def directory_client(make_app, tmp_path):
     """Return a client of an app whose USERS_FILE holds PASSWORDS (shared by the examples)."""
     path = tmp_path / "users.json"
     path.write_text(json.dumps({name: HASHER.hash(pw) for name, pw in PASSWORDS.items()}))
-    return make_app(ADMIN_USERNAME=ADMIN, USERS_FILE=str(path)).test_client()
+    # 60 examples on one app: the per-username limit (tested in test_login_failures.py) off
+    return make_app(
+        ADMIN_USERNAME=ADMIN, USERS_FILE=str(path), LOGIN_FAILURE_LIMIT="off"
+    ).test_client()
 
 
 @settings(BOUNDED, max_examples=60)  # each example verifies an Argon2id hash: ~20 ms

@@ -92,9 +92,9 @@ def test_a_wrong_password_is_the_401_of_token(directory_app, capfd):
     assert_unauthorized(log_in(client, password=PASSWORD.upper()))
     assert_unauthorized(log_in(client, "Alice"))  # usernames are case-sensitive
     lines = request_lines(capfd)
-    assert [(line["user"], line["reason"], line["event"]) for line in lines[:3]] == [
-        ("alice", "wrong_password", "login_failed")
-    ] * 3
+    assert [(line["user"], line["reason"], line["event"]) for line in lines] == [
+        (None, "bad_credentials", "login_failed")
+    ] * 4
     assert "wrong password" not in json.dumps(lines)
 
 
@@ -102,8 +102,38 @@ def test_an_unknown_user_is_the_same_401_and_its_name_is_not_logged(directory_ap
     client = directory_app().test_client()
     assert_unauthorized(log_in(client, "my-password-typed-as-name"))
     (line,) = request_lines(capfd)
-    assert (line["user"], line["reason"], line["event"]) == (None, "unknown_user", "login_failed")
+    assert (line["user"], line["reason"], line["event"]) == (
+        None,
+        "bad_credentials",
+        "login_failed",
+    )
     assert "my-password" not in json.dumps(line)
+
+
+def test_a_wrong_password_and_an_unknown_user_leave_the_same_traces(directory_app, capfd):
+    """The answer, the request log's line (but for time, duration and id) and the metrics
+    are the same: nothing tells whether a username exists."""
+    client = directory_app().test_client()
+    metrics_before = client.get("/metrics").get_data(as_text=True)
+    capfd.readouterr()
+    answers, lines = [], []
+    for username in ("alice", "mallory"):
+        response = log_in(client, username, "not the password")
+        answers.append((response.status_code, response.data, sorted(response.headers.items())))
+        (line,) = request_lines(capfd)
+        lines.append(
+            {k: v for k, v in line.items() if k not in {"time", "duration_ms", "request_id"}}
+        )
+    assert answers[0][:2] == answers[1][:2]
+    assert [h for h in answers[0][2] if h[0] != "X-Request-ID"] == [
+        h for h in answers[1][2] if h[0] != "X-Request-ID"
+    ]
+    assert lines[0] == lines[1]
+    assert "alice" not in json.dumps(lines)
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'token_service_auth_failures_total{reason="bad_credentials"} 2.0' in metrics
+    for leaked in ("unknown_user", "wrong_password"):
+        assert leaked not in metrics_before + metrics
 
 
 def test_a_missing_password_is_400_with_a_directory(directory_app):

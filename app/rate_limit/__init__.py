@@ -67,6 +67,10 @@ class Counters(Protocol):
         """Count one hit on each (key, window in seconds); return each one's hits and the
         seconds until its window ends. Raise CountersUnavailableError on any failure."""
 
+    def forgive(self, keys: Sequence[str]) -> None:
+        """Take back one hit from each running counter of ``keys`` (LOGIN_FAILURE_LIMIT's
+        successful logins). Raise CountersUnavailableError on any failure."""
+
     def close(self) -> None:
         """Release this process's connections."""
 
@@ -199,6 +203,9 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
             settings.rate_limit_auth, settings.rate_limit_exempt, open_storage(settings)
         )
     app.extensions[EXTENSION_KEY] = limiter
+    from app.rate_limit.login_failures import init_login_failure_limit  # it imports this module
+
+    init_login_failure_limit(app, settings, limiter.storage if limiter is not None else None)
 
 
 def get_rate_limiter() -> RateLimiter | None:

@@ -36,6 +36,17 @@ for i, key in ipairs(KEYS) do
 end
 return answer
 """
+#: KEYS: counters to take one hit back from; a counter that is gone (its window ended) or
+#: at 0 is left alone, and DECR keeps a key's expiry.
+FORGIVE_SCRIPT = """
+for _, key in ipairs(KEYS) do
+    local hits = tonumber(redis.call('GET', key))
+    if hits and hits > 0 then
+        redis.call('DECR', key)
+    end
+end
+return 0
+"""
 
 
 class RedisCounters:
@@ -68,6 +79,17 @@ class RedisCounters:
                 f"Redis {self.location}: {type(error).__name__}: {error}"
             ) from error
         return [(int(answer[n]), int(answer[n + 1]) / 1000) for n in range(0, len(answer), 2)]
+
+    def forgive(self, keys: Sequence[str]) -> None:
+        """Take back one hit from each running counter of ``keys`` (none goes below 0)."""
+        try:
+            self._script().registered_client.eval(
+                FORGIVE_SCRIPT, len(keys), *[KEY_PREFIX + key for key in keys]
+            )
+        except (redis.RedisError, OSError) as error:
+            raise CountersUnavailableError(
+                f"Redis {self.location}: {type(error).__name__}: {error}"
+            ) from error
 
     def close(self) -> None:
         """Release this process's connections (reopened on next use)."""

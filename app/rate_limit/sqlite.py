@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from app.rate_limit import CountersUnavailableError
@@ -61,11 +61,13 @@ class SQLiteCounters:
         self.timeout = timeout
         self._writer = ProcessWriter(self._connect, timeout)
         self._next_purge = 0.0
+        #: The time source of the windows; tests may replace it.
+        self.clock: Callable[[], float] = time.time
 
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
         """Count one hit on each (key, window in seconds); return each one's hits and the
         seconds until its window ends, in the order given."""
-        now = time.time()
+        now = self.clock()
         parameters: list[object] = [now]
         for key, window in counters:
             parameters += [key, now + window]
@@ -77,6 +79,16 @@ class SQLiteCounters:
                 connection.execute("DELETE FROM rate_limits WHERE expires_at <= ?", (now,))
         counted = {key: (int(hits), float(expires_at) - now) for key, hits, expires_at in rows}
         return [counted[key] for key, _ in counters]
+
+    def forgive(self, keys: Sequence[str]) -> None:
+        """Take back one hit from each running counter of ``keys`` (none goes below 0)."""
+        marks = ", ".join("?" * len(keys))
+        with self._answering() as connection:
+            connection.execute(
+                "UPDATE rate_limits SET hits = hits - 1"  # noqa: S608 (only ?s are added)
+                f" WHERE key IN ({marks}) AND expires_at > ? AND hits > 0",
+                [*keys, self.clock()],
+            )
 
     def close(self) -> None:
         """Close this process's connection (reopened on next use)."""

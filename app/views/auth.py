@@ -6,30 +6,22 @@ import hmac
 
 from flask import Blueprint, Response, request
 from flask.blueprints import BlueprintSetupState
-from werkzeug.exceptions import BadRequest, TooManyRequests, Unauthorized
+from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests, Unauthorized
 from werkzeug.routing import BaseConverter
 
 from app.config import current_settings
-from app.rate_limit import get_rate_limiter
+from app.events import Event, Reason
+from app.rate_limit import CountersUnavailableError, get_rate_limiter
+from app.rate_limit.login_failures import get_login_failure_limit
 from app.request_body import optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
 from app.store import Outcome, get_store, shown_digest
 from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
-from app.users import Outcome as Authentication
 from app.users import get_user_directory
 
-#: Why a refresh was refused, as the request log and the metrics name it.
-UNKNOWN_REFRESH_TOKEN, ANOTHER_USERS_TOKEN = "unknown_refresh_token", "another_users_token"
-#: Why a rotation was refused: a retired token presented again (RFC 9700 4.14.2).
-REUSED_REFRESH_TOKEN = "reused_refresh_token"  # noqa: S105 (a reason, not a token)
-#: Why a request was refused by RATE_LIMIT_AUTH; also its security event.
-RATE_LIMITED = "rate_limited"
-#: The security events, as the request log's ``event`` field names them.
-LOGIN, LOGIN_FAILED = "login", "login_failed"
-REFRESH, REFRESH_FAILED = "refresh", "refresh_failed"
-REVOKE = "revoke"
-REFRESH_TOKEN_REUSE, REFRESH_TOKEN_RETRY = "refresh_token_reuse", "refresh_token_retry"
+#: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
+LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"
 
 bp = Blueprint("auth", __name__)
 
@@ -60,7 +52,7 @@ def login() -> Response:
     check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
-    note(user=username, event=LOGIN)  # the request log's line is the login's record
+    note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
     return json_response({"accessToken": _access_token(username), "refreshToken": refresh_token})
 
 
@@ -81,11 +73,11 @@ def refresh() -> Response:
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         note(
-            reason=UNKNOWN_REFRESH_TOKEN if owner is None else ANOTHER_USERS_TOKEN,
-            event=REFRESH_FAILED,
+            reason=Reason.UNKNOWN_REFRESH_TOKEN if owner is None else Reason.ANOTHER_USERS_TOKEN,
+            event=Event.REFRESH_FAILED,
         )
         raise Unauthorized()
-    note(user=username, event=REFRESH)
+    note(user=username, event=Event.REFRESH)
     return json_response({"accessToken": _access_token(username)})
 
 
@@ -94,39 +86,54 @@ def _rotate(refresh_token: str, username: str) -> Response:
     successor = new_refresh_token()
     rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
     if rotation is None or rotation.outcome is Outcome.UNKNOWN:
-        note(reason=UNKNOWN_REFRESH_TOKEN, event=REFRESH_FAILED)
+        note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
         raise Unauthorized()
     if rotation.outcome is Outcome.OTHER_USER:
-        note(reason=ANOTHER_USERS_TOKEN, event=REFRESH_FAILED)
+        note(reason=Reason.ANOTHER_USERS_TOKEN, event=Event.REFRESH_FAILED)
         raise Unauthorized()
     if rotation.outcome is Outcome.REUSED:
         # the family's owner, as the username matched it; the family's digest, no token
         note(
             user=username,
-            reason=REUSED_REFRESH_TOKEN,
-            event=REFRESH_TOKEN_REUSE,
+            reason=Reason.REUSED_REFRESH_TOKEN,
+            event=Event.REFRESH_TOKEN_REUSE,
             family=rotation.family,
         )
         raise Unauthorized()
-    event = REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else REFRESH
+    event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
     return json_response({"accessToken": _access_token(username), "refreshToken": successor})
 
 
 def check_password(username: str, password: str | None) -> None:
-    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s."""
+    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s.
+
+    Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked. Known
+    or not, a username gets the same answers, and the same line in the log, without the
+    name: whether it exists shows nowhere, and a "username" may be a misplaced password.
+    """
     users = get_user_directory()
     if users is None:
         return  # SPEC.md's open login
     if password is None:
         raise BadRequest("password is required")
-    outcome = users.authenticate(username, password)
-    if outcome is not Authentication.AUTHENTICATED:
-        # an unknown "username" may be a password typed in the wrong field: not logged
-        if outcome is Authentication.WRONG_PASSWORD:
-            note(user=username)
-        note(reason=outcome.value, event=LOGIN_FAILED)
+    failures = get_login_failure_limit()
+    if failures is not None:
+        try:
+            wait = failures.attempt(username)
+        except CountersUnavailableError:
+            note(rate_limit_error="1")
+            raise ServiceUnavailable(
+                "login is unavailable, try again shortly", retry_after=1
+            ) from None
+        if wait is not None:
+            note(reason=Reason.LOGIN_LIMITED, event=Event.LOGIN_LIMITED)
+            raise TooManyRequests(LOGIN_LIMITED_MESSAGE, retry_after=wait)
+    if not users.authenticate(username, password):
+        note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
+    if failures is not None:
+        failures.succeeded(username)
 
 
 def limit_rate(endpoint: str) -> None:
@@ -136,7 +143,7 @@ def limit_rate(endpoint: str) -> None:
         return
     wait = limiter.check(endpoint, request.remote_addr)
     if wait is not None:
-        note(reason=RATE_LIMITED, event=RATE_LIMITED)
+        note(reason=Reason.RATE_LIMITED, event=Event.RATE_LIMITED)
         raise TooManyRequests("too many requests", retry_after=wait)
 
 
@@ -152,9 +159,9 @@ def forbid_caching(response: Response) -> Response:
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored. Always 204."""
     if get_store().revoke(refresh_token):
-        note(event=REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
+        note(event=Event.REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
     else:
-        note(event=REVOKE)
+        note(event=Event.REVOKE)
     return bodiless(204)
 
 

@@ -15,6 +15,7 @@ from flask import Blueprint, Response, url_for
 from werkzeug.exceptions import Forbidden, NotFound
 
 from app.config import Settings, current_settings
+from app.events import Reason
 from app.request_log import note
 from app.responses import bodiless
 from app.security import log_out_cookie_token
@@ -24,9 +25,6 @@ from app.tokens import issue_cookie_token
 
 if TYPE_CHECKING:
     from app.third_party_login.flow import LoginFlow
-
-#: Why a login start or a logout was refused: it came from another site.
-CROSS_SITE = "cross_site"
 
 bp = Blueprint("oauth", __name__, url_prefix=ROUTE_PREFIX)
 
@@ -68,7 +66,7 @@ def logout() -> Response:
 def _refuse_cross_site(*, navigation: bool = False) -> None:
     """Answer 403 (``{"message": "No access"}``, the one 403 body) to another site's request."""
     if is_cross_site(navigation=navigation):
-        note(reason=CROSS_SITE)
+        note(reason=Reason.CROSS_SITE)
         raise Forbidden()
 
 

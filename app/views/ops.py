@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app
+from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 
+from app.config import current_settings
 from app.metrics import metrics_response
 from app.openapi import openapi_json
 from app.responses import json_response
@@ -28,8 +29,13 @@ def readyz() -> Response:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    """Answer every count in Prometheus's text format; 404 when METRICS is off."""
-    response = metrics_response()
+    """Answer every count in Prometheus's text format to the addresses of METRICS_ALLOW.
+
+    Anyone else gets the 404 of a path that does not exist, as when METRICS is off: the
+    counts say how the service is used and attacked. The address is the one the app
+    sees, the peer's, or the client's as a trusted proxy forwarded it.
+    """
+    response = metrics_response(request.remote_addr, current_settings().metrics_allow)
     if response is None:
         raise NotFound()
     return response

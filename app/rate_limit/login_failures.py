@@ -1,0 +1,162 @@
+"""LOGIN_FAILURE_LIMIT: failed password checks per username, shared by every worker and host.
+
+RATE_LIMIT_AUTH counts per address, so many addresses can guess one account's
+password together; this counts per username, whoever asks. It applies only with a
+user directory (USERS_FILE), where a login checks a password.
+
+An attempt is counted *before* its password is checked, in one atomic hit on the
+counters of every window (the rate limits' storage: the SQLite counters file or the
+token store's Redis): concurrent guesses cannot all read "under the limit" and all
+be checked. Over the limit, the login is refused before any Argon2 is spent, for a
+known username as for an unknown one. A check that succeeds takes its hit back, so
+only failures count: a user who logs in often is never limited by their own logins.
+
+Counters are keyed by an HMAC of the username under the signing secret, never the
+name itself: a username field sometimes holds a password typed in the wrong place.
+
+When the counters' storage fails, this limit fails *closed*, unlike RATE_LIMIT_AUTH:
+it guards a password, not capacity, and with it off an attacker could guess at full
+speed for as long as the storage stays down (with Redis, the token store is the same
+server, so a login could not complete anyway). Logins are then answered 503 until the
+storage answers again; the failure is logged at most once a minute per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+from flask import Flask, current_app
+from limits import RateLimitItem
+
+from app.config import Settings
+from app.rate_limit import (
+    FAILURE_LOG_INTERVAL,
+    RETRY_AFTER_FAILURE,
+    Counters,
+    CountersUnavailableError,
+    open_storage,
+)
+
+EXTENSION_KEY = "login_failure_limit"
+#: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
+KEY_PREFIX = "login_failures/"
+
+logger = logging.getLogger(__name__)
+
+
+class LoginFailureLimit:
+    """The per-username limit of one app: ``attempt`` before a password check, ``succeeded``
+    after one that passed."""
+
+    def __init__(self, limits: tuple[RateLimitItem, ...], storage: Counters, secret: bytes) -> None:
+        self.limits = limits
+        #: Each limit's amount, window in seconds, and the end of its counters' keys.
+        self.windows = [
+            (item.amount, item.get_expiry(), f"/{item.amount}/{item.get_expiry()}")
+            for item in limits
+        ]
+        self.storage = storage
+        self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
+        #: The time source of the retry delay after a failure; tests may replace it.
+        self.clock: Callable[[], float] = time.monotonic
+        self._refusing_until = 0.0
+        self._reported_at = -math.inf
+        self._unreported = 0
+        self._lock = threading.Lock()
+
+    def attempt(self, username: str) -> int | None:
+        """Count a password check about to be spent on ``username``: None if it may go on,
+        else the seconds until the window that refused it frees (at least 1).
+
+        Raise CountersUnavailableError when the counters do not answer (refuse the login).
+        """
+        if self._refusing_until and self.clock() < self._refusing_until:
+            self._failed(None)
+        keys = self.keys(username)
+        try:
+            counted = self.storage.hit(
+                [(key, window) for key, (_, window, _) in zip(keys, self.windows, strict=True)]
+            )
+        except CountersUnavailableError as error:
+            self._failed(error)
+        if self._refusing_until:
+            self._recovered()
+        waits = [
+            left
+            for (amount, _, _), (hits, left) in zip(self.windows, counted, strict=True)
+            if hits > amount
+        ]
+        return max(1, math.ceil(max(waits))) if waits else None
+
+    def succeeded(self, username: str) -> None:
+        """Take back the attempt counted for ``username``'s check, which passed."""
+        try:
+            self.storage.forgive(self.keys(username))
+        except CountersUnavailableError as error:  # the user is in; one failure too many
+            logger.warning("login failure limit: a success not taken back: %s", error)
+
+    def keys(self, username: str) -> list[str]:
+        """Return the counters' keys of ``username``, one per window."""
+        name = username.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate
+        digest = hmac.new(self._key, name, hashlib.sha256).hexdigest()[:32]
+        return [f"{KEY_PREFIX}{digest}{suffix}" for _, _, suffix in self.windows]
+
+    def _failed(self, error: CountersUnavailableError | None) -> NoReturn:
+        """Refuse for a second without trying again, log at most once a minute, and raise."""
+        now = self.clock()
+        with self._lock:
+            if error is not None:
+                self._refusing_until = now + RETRY_AFTER_FAILURE
+            report = now - self._reported_at >= FAILURE_LOG_INTERVAL
+            if report:
+                self._reported_at, unreported, self._unreported = now, self._unreported, 0
+            else:
+                self._unreported += 1
+        if report:
+            logger.warning(
+                "logins refused (503), the login failure limit's storage failed: %s%s",
+                error or "still failing",
+                f" ({unreported} more since the last message)" if unreported else "",
+            )
+        raise error or CountersUnavailableError("failed less than a second ago")
+
+    def _recovered(self) -> None:
+        with self._lock:
+            if not self._refusing_until:
+                return
+            self._refusing_until = 0.0
+            unreported, self._unreported = self._unreported, 0
+            self._reported_at = -math.inf
+        logger.warning(
+            "logins accepted again, the login failure limit's storage answers"
+            " (%d more refused since the last message)",
+            unreported,
+        )
+
+
+def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters | None) -> None:
+    """Attach the limit to ``app``: None without USERS_FILE or with LOGIN_FAILURE_LIMIT=off.
+
+    ``storage`` is the rate limits' own, when they are on: one connection, not two.
+    """
+    limit = None
+    if settings.users_file is not None and settings.login_failure_limit:
+        limit = LoginFailureLimit(
+            settings.login_failure_limit,
+            storage or open_storage(settings),
+            settings.signing_secret.encode(),
+        )
+    app.extensions[EXTENSION_KEY] = limit
+
+
+def get_login_failure_limit() -> LoginFailureLimit | None:
+    """Return the current app's per-username limit, or None when it does not apply."""
+    limit: LoginFailureLimit | None = current_app.extensions[EXTENSION_KEY]
+    return limit
