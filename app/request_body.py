@@ -18,6 +18,7 @@ from werkzeug.exceptions import (
 )
 
 from app.config import MAX_BODY_BYTES
+from app.json_text import DuplicateKeyError, may_repeat_a_key, unique_keys
 
 FORM = "application/x-www-form-urlencoded"
 #: Content-Types that are exactly their mimetype, as clients mostly send them.
@@ -28,10 +29,6 @@ MAX_FORM_FIELDS = 32
 MAX_SAFE_INTEGER = 2**53 - 1
 #: A number as a form field may spell it: optional minus, digits, optional fraction.
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
-#: The end of a JSON object's key: its closing quote, optional whitespace, the colon.
-KEY_END = re.compile(rb'"[ \t\n\r]*:')
-#: Characters of a duplicate JSON key quoted back in the error message.
-MAX_SHOWN_KEY = 64
 #: Deepest nesting of objects and arrays in a JSON body (the body itself is level 1). No
 #: endpoint reads past level 1; a deeper document only costs its parsers' stacks.
 MAX_JSON_DEPTH = 32
@@ -158,22 +155,21 @@ def _check_unicode(name: str, value: str) -> None:
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
-    objects = data.count(b"{")
     # Each level of nesting opens with a bracket (in any encoding json.loads reads, the
     # bracket's byte is there), so a body with no more brackets than levels allowed is
     # never too deep: an ordinary body pays two counts, no scan.
     text = None
-    if objects + data.count(b"[") > MAX_JSON_DEPTH:
+    if data.count(b"{") + data.count(b"[") > MAX_JSON_DEPTH:
         text = _json_text(data)
         if _nested_too_deep(text):
             raise BadRequest(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
-    body = _plain_json_object(data, objects)
+    body = _plain_json_object(data)
     if body is not None:
         return body
     try:
         body = json.loads(
             _json_text(data) if text is None else text,
-            object_pairs_hook=_unique_keys,
+            object_pairs_hook=unique_keys,
             parse_constant=_refuse_constant,
         )
     except DuplicateKeyError as error:
@@ -214,7 +210,7 @@ def _nested_too_deep(text: str) -> bool:
     return bool(brackets)
 
 
-def _plain_json_object(data: bytes, objects: int) -> dict[str, Any] | None:
+def _plain_json_object(data: bytes) -> dict[str, Any] | None:
     """Return what the standard parser below would, through orjson, or None if unsure.
 
     orjson is five times faster, and stricter (no NaN, UTF-8 only, no lone
@@ -228,47 +224,10 @@ def _plain_json_object(data: bytes, objects: int) -> dict[str, Any] | None:
         return None
     if type(body) is not dict:
         return None
-    # Each key of a JSON text ends in one quote and a colon; other text may add such
-    # pairs (an escaped quote in a string) but none goes missing: as many pairs as keys
-    # parsed means no key came twice. With one brace in the text, the body is its only
-    # object.
-    keys = len(body) if objects == 1 else _count_keys(body)
-    if len(KEY_END.findall(data)) != keys:
-        return None
+    if may_repeat_a_key(data, body):
+        return None  # the standard parser finds which key came twice
     if any(type(value) is float for value in body.values()):
         return None  # maybe an integer orjson rounded: the standard parser keeps it exact
-    return body
-
-
-def _count_keys(document: Any) -> int:
-    """Return the number of keys of every object in ``document``, walked without recursion."""
-    count, pending = 0, [document]
-    while pending:
-        value = pending.pop()
-        if type(value) is dict:
-            count += len(value)
-            pending.extend(value.values())
-        elif type(value) is list:
-            pending.extend(value)
-    return count
-
-
-class DuplicateKeyError(ValueError):
-    """A JSON object names one key twice: which value was meant is anyone's guess."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"duplicate key: {key}")
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    body = dict(pairs)
-    if len(body) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKeyError(key[:MAX_SHOWN_KEY])
-            seen.add(key)
     return body
 
 
