@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import secrets
 import string
 import threading
@@ -31,6 +32,21 @@ _REJECTED_BYTES = bytes(range(_UNIFORM_BELOW, 256))
 _RANDOM_BYTES_PER_TRY = 64
 #: Longest username accepted at login and in a token, in characters.
 MAX_USERNAME_LENGTH = 256
+#: Characters no username may hold, as it travels into claims, log lines and HTTP headers:
+#: C0 and C1 controls and DEL (NUL, CR, LF...), the Unicode line and paragraph separators,
+#: and the bidirectional embeddings, overrides and isolates, which reorder how a log line
+#: reads. Other format characters and every letter, space and emoji are allowed.
+UNSAFE_USERNAME_CHARACTERS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+#: Why the separators and the bidirectional controls are refused; the rest are controls.
+_UNSAFE_USERNAME_REASONS = (
+    ("\u2028\u2029", "must not contain line or paragraph separators"),
+    (
+        "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+        "must not contain bidirectional text controls",
+    ),
+)
 #: A JWT longer than this is refused before any parsing. A username of 256 emoji is
 #: about 4.3 KB once signed (JSON escapes each as 12 characters); headers stop at 8 KiB.
 MAX_TOKEN_LENGTH = 8192
@@ -89,6 +105,20 @@ class _RefusedTokens:
 # Module state, like the cache of verified tokens below, and for the same reason: it holds
 # only pure results (token text and key in, a refusal out).
 _REFUSED = _RefusedTokens(REFUSED_TOKEN_CACHE_SIZE)
+
+
+def token_username_problem(username: str) -> str | None:
+    """Return why ``username`` may not be signed into a token (``must not ...``), or None."""
+    unsafe = UNSAFE_USERNAME_CHARACTERS.search(username)
+    if unsafe is not None:
+        found = unsafe.group()
+        for characters, reason in _UNSAFE_USERNAME_REASONS:
+            if found in characters:
+                return reason
+        return "must not contain control characters"
+    if username.isspace():
+        return "must not be only whitespace"
+    return None
 
 
 def role_for(username: str, admin_username: str) -> str:
