@@ -60,6 +60,11 @@ def may_repeat_a_key(text: bytes, document: Any) -> bool:
     """
     # one brace in the text: the document (an object) is its only object, no walk
     keys = len(document) if text.count(b"{") == 1 else count_keys(document)
+    quoted = text.count(b'":')
+    if quoted == keys and quoted == text.count(b":"):
+        # every colon follows a quote, so every key end is one of these (a third of the
+        # regular expression's time): no more key ends than keys
+        return False
     return len(KEY_END.findall(text)) != keys
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
 import secrets
@@ -11,7 +12,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import jwt
-from jwt.utils import base64url_decode
 
 from app.json_text import may_repeat_a_key, repeats_a_key
 
@@ -265,7 +265,8 @@ def _decode(
 def _check_unique_claims(token: str, claims: dict[str, Any]) -> None:
     """Refuse a payload that names a claim twice (RFC 8725, section 3.11): PyJWT keeps the
     last one, which a reader of the token may not. The header's are refused by the key ring."""
-    payload = base64url_decode(token.split(".", 2)[1])  # as PyJWT read it: valid base64url
+    # PyJWT found the segment canonical base64url; padding past its end is ignored
+    payload = base64.urlsafe_b64decode(token.split(".", 2)[1] + "==")
     # as many key ends as keys parsed: nothing repeated, and no second parse (about 1 µs)
     if may_repeat_a_key(payload, claims) and repeats_a_key(payload):
         raise InvalidTokenError("token repeats a claim", permanent=True)
