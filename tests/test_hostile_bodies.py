@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -267,3 +268,31 @@ def test_an_error_whose_str_fails_is_still_summarised():
 
     summary = error_summary(BrokenError())
     assert "BrokenError: '?' at ?" in summary
+
+
+@pytest.mark.gunicorn
+def test_gunicorn_answers_deep_bodies_400_and_logs_little(gunicorn_server, signing_secret):
+    """As the service runs: deep bodies are 400 on every endpoint, and the log stays short."""
+    server = gunicorn_server(
+        {"SIGNING_SECRET": signing_secret, "RATE_LIMIT_AUTH": "off", "LOG_LEVEL": "INFO"},
+        workers=1,
+    )
+    session = requests.Session()
+    tokens = session.post(f"{server.url}/login", json={"username": "alice"}, timeout=10).json()
+    size_before = server.log_path.stat().st_size
+    for path in ENDPOINTS:
+        for depth in (500, 1000, 1023):
+            for kind in ("object", "array"):
+                response = session.post(
+                    f"{server.url}{path}",
+                    data=nested(kind, depth),
+                    headers={"Content-Type": "application/json", **bearer(tokens["accessToken"])},
+                    timeout=10,
+                )
+                assert response.status_code == 400, (path, depth, kind, response.text)
+                assert response.json() == TOO_DEEP
+    session.close()
+    # 18 requests: one access-log line each, never a traceback
+    grown = server.log_path.stat().st_size - size_before
+    assert grown < 18 * 2048, server.log_path.read_text()[-2000:]
+    assert "Traceback" not in server.log_path.read_text()
