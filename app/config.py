@@ -27,7 +27,7 @@ from app.keys import (
     load_key_ring,
     new_private_key_pem,
 )
-from app.tokens import DEFAULT_CLOCK_SKEW, MAX_USERNAME_LENGTH
+from app.tokens import DEFAULT_CLOCK_SKEW, MAX_USERNAME_LENGTH, token_username_problem
 
 #: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
 MIN_SECRET_BYTES = 32
@@ -215,6 +215,8 @@ def _admin_username(name: str, value: str) -> str:
             f"{name} must be at most {MAX_USERNAME_LENGTH} characters, the longest username"
             " that can log in"
         )
+    if problem := token_username_problem(value):  # the rule of every username that logs in
+        raise ConfigError(f"{name} {problem}")
     return value
 
 

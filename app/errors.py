@@ -7,6 +7,10 @@ never a stack trace.
 
 from __future__ import annotations
 
+import os
+from collections import deque
+from traceback import walk_tb
+
 from flask import Flask, Response, current_app, jsonify
 from werkzeug.datastructures import Headers
 from werkzeug.exceptions import (
@@ -26,6 +30,14 @@ DEFAULT_MESSAGES = {
     413: f"request body is larger than {MAX_BODY_BYTES} bytes",
     415: "request body must be application/json or application/x-www-form-urlencoded",
 }
+
+
+#: The innermost frames an unexpected error's log line names, and how much of its message
+#: and of each name it keeps: the line stays under 2 KB however deep the stack or long
+#: the message (a traceback of a RecursionError runs to 200 KB).
+ERROR_FRAMES = 5
+MAX_ERROR_MESSAGE = 256
+MAX_FRAME_NAME = 80
 
 
 #: The 401 body and type of SPEC.md: exactly "text/plain" (the body is ASCII).
@@ -100,9 +112,35 @@ def render_store_unavailable(error: StoreUnavailableError) -> WSGIResponse:
 
 
 def render_unexpected_error(error: Exception) -> WSGIResponse:
-    """Log a bug with its traceback and answer a bare 500: fail closed, show nothing."""
-    current_app.logger.exception("unhandled error", exc_info=error)
+    """Log a bug in one bounded line and answer a bare 500: fail closed, show nothing."""
+    current_app.logger.error("unhandled error: %s", error_summary(error))
     return render_http_error(InternalServerError())
+
+
+def error_summary(error: BaseException) -> str:
+    """Return one line of at most 2 KB: the error's type, its message cut short, and its
+    innermost frames (``file:line function``), innermost first."""
+    try:
+        message = str(error)
+    except Exception:  # a __str__ that fails itself
+        message = "?"
+    # repr escapes control characters and line breaks: the summary is one line
+    shown = repr(message[:MAX_ERROR_MESSAGE])[:MAX_ERROR_MESSAGE]
+    frames = deque(walk_tb(error.__traceback__), maxlen=ERROR_FRAMES)
+    where = " < ".join(
+        f"{_short(frame.f_code.co_filename)}:{line} {_short(frame.f_code.co_name)}"
+        for frame, line in reversed(frames)
+    )
+    kind = type(error).__qualname__
+    if type(error).__module__ != "builtins":
+        kind = f"{type(error).__module__}.{kind}"
+    return f"{_short(kind)}: {shown} at {where or '?'}"
+
+
+def _short(name: str) -> str:
+    """Return a file name as its last two parts, and any name cut to MAX_FRAME_NAME."""
+    parts = name.split(os.sep)
+    return os.sep.join(parts[-2:])[-MAX_FRAME_NAME:]
 
 
 def register_error_handlers(app: Flask) -> None:

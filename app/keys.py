@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt.algorithms import Algorithm, HMACAlgorithm, get_default_algorithms
 from jwt.utils import base64url_decode
 
+from app.json_text import unique_keys
+
 HS256 = "HS256"
 EDDSA = "EdDSA"
 ES256 = "ES256"
@@ -162,10 +164,11 @@ class KeyRing:
         return key if key is not None else self._key_named_in(segment)
 
     def _key_named_in(self, segment: str) -> SigningKey | None:
-        # A header this service did not write byte for byte: read its kid the long way.
+        # A header this service did not write byte for byte: read its kid the long way,
+        # strictly: a header naming a member twice (two kids, two algs) names no key.
         try:
-            header = json.loads(base64url_decode(segment))
-        except (ValueError, RecursionError):
+            header = json.loads(base64url_decode(segment), object_pairs_hook=unique_keys)
+        except (ValueError, RecursionError):  # DuplicateKeyError too
             return None
         if not isinstance(header, dict):
             return None

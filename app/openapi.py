@@ -213,7 +213,9 @@ def path_items(settings: Settings) -> dict[str, dict[str, Any]]:
         login_refused = {"401": ref("responses", "Unauthorized")}
     else:
         login_description = (
-            "Any username is accepted and the password is not checked. The role is "
+            "Any username is accepted (1 to 256 characters, not only whitespace, without "
+            "control characters, line separators or bidirectional controls) and the "
+            "password is not checked. The role is "
             "`admin` for exactly the configured ADMIN_USERNAME, `user` for anyone else."
         )
         login_refused = {}

@@ -24,6 +24,7 @@ def connect_wal(
     path: str, timeout: float, synchronous: str, prepare: Callable[[sqlite3.Connection], None]
 ) -> sqlite3.Connection:
     """Open ``path`` in autocommit and WAL mode, run ``prepare`` (the schema), keep it 0600."""
+    create_private_file(path)
     # autocommit: each statement is its own transaction unless BEGIN is issued
     connection = sqlite3.connect(
         path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -45,11 +46,29 @@ def connect_wal(
                 time.sleep(0.01)
         for name in (path, path + "-wal", path + "-shm"):
             if os.path.exists(name):
-                os.chmod(name, 0o600)  # usernames and client addresses are personal data
+                os.chmod(name, 0o600)  # a file an older version created 0644
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+def create_private_file(path: str) -> None:
+    """Create ``path`` empty, mode 0600 whatever the umask, unless it exists already.
+
+    Usernames and client addresses are personal data. SQLite would create the file
+    0644 (less the umask), to be chmod-ed only afterwards; an empty file is a new
+    database to it. It creates the -wal and -shm files with the main file's mode,
+    and sets that mode on them even under a umask that would widen or narrow it.
+    """
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(descriptor, 0o600)  # a umask such as 0o277 takes bits from os.open's mode
+    finally:
+        os.close(descriptor)
 
 
 class ThreadConnections:

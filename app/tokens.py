@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import re
 import secrets
 import string
 import threading
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import jwt
 
 from app.events import Reason
+from app.json_text import may_repeat_a_key, repeats_a_key
 
 if TYPE_CHECKING:
     from app.keys import KeyRing
@@ -30,6 +33,21 @@ _REJECTED_BYTES = bytes(range(_UNIFORM_BELOW, 256))
 _RANDOM_BYTES_PER_TRY = 64
 #: Longest username accepted at login and in a token, in characters.
 MAX_USERNAME_LENGTH = 256
+#: Characters no username may hold, as it travels into claims, log lines and HTTP headers:
+#: C0 and C1 controls and DEL (NUL, CR, LF...), the Unicode line and paragraph separators,
+#: and the bidirectional embeddings, overrides and isolates, which reorder how a log line
+#: reads. Other format characters and every letter, space and emoji are allowed.
+UNSAFE_USERNAME_CHARACTERS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+#: Why the separators and the bidirectional controls are refused; the rest are controls.
+_UNSAFE_USERNAME_REASONS = (
+    ("\u2028\u2029", "must not contain line or paragraph separators"),
+    (
+        "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+        "must not contain bidirectional text controls",
+    ),
+)
 #: A JWT longer than this is refused before any parsing. A username of 256 emoji is
 #: about 4.3 KB once signed (JSON escapes each as 12 characters); headers stop at 8 KiB.
 MAX_TOKEN_LENGTH = 8192
@@ -90,6 +108,20 @@ class _RefusedTokens:
 # Module state, like the cache of verified tokens below, and for the same reason: it holds
 # only pure results (token text and key in, a refusal out).
 _REFUSED = _RefusedTokens(REFUSED_TOKEN_CACHE_SIZE)
+
+
+def token_username_problem(username: str) -> str | None:
+    """Return why ``username`` may not be signed into a token (``must not ...``), or None."""
+    unsafe = UNSAFE_USERNAME_CHARACTERS.search(username)
+    if unsafe is not None:
+        found = unsafe.group()
+        for characters, reason in _UNSAFE_USERNAME_REASONS:
+            if found in characters:
+                return reason
+        return "must not contain control characters"
+    if username.isspace():
+        return "must not be only whitespace"
+    return None
 
 
 def role_for(username: str, admin_username: str) -> str:
@@ -196,6 +228,11 @@ def _decode(
 ) -> dict[str, Any]:
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidTokenError("token is too long")
+    # JWS compact serialization has no padding (RFC 7515, section 2); PyJWT accepts it,
+    # and one token would then have several spellings, each its own entry in any list
+    # or cache keyed on the token's text.
+    if "=" in token:
+        raise InvalidTokenError("token has base64 padding", permanent=True)
     key = keys.key_for(token)
     if key is None:
         raise InvalidTokenError("token names no key of this service", permanent=True)
@@ -223,8 +260,19 @@ def _decode(
         raise InvalidTokenError(str(error), permanent=True) from None
     except jwt.InvalidTokenError as error:
         raise InvalidTokenError(str(error)) from None
+    _check_unique_claims(token, claims)
     _check_not_in_future(claims, clock_skew)
     return claims
+
+
+def _check_unique_claims(token: str, claims: dict[str, Any]) -> None:
+    """Refuse a payload that names a claim twice (RFC 8725, section 3.11): PyJWT keeps the
+    last one, which a reader of the token may not. The header's are refused by the key ring."""
+    # PyJWT found the segment canonical base64url; padding past its end is ignored
+    payload = base64.urlsafe_b64decode(token.split(".", 2)[1] + "==")
+    # as many key ends as keys parsed: nothing repeated, and no second parse (about 1 µs)
+    if may_repeat_a_key(payload, claims) and repeats_a_key(payload):
+        raise InvalidTokenError("token repeats a claim", permanent=True)
 
 
 def _check_not_in_future(claims: dict[str, Any], clock_skew: int) -> None:

@@ -30,7 +30,7 @@ from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from flask import Flask, current_app
 
-from app.tokens import MAX_USERNAME_LENGTH
+from app.tokens import MAX_USERNAME_LENGTH, token_username_problem
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -57,9 +57,10 @@ def username_problem(name: str) -> str | None:
     """Return why ``name`` cannot be a user of the directory, or None if it can."""
     if not 1 <= len(name) <= MAX_USERNAME_LENGTH:
         return f"a username is 1 to {MAX_USERNAME_LENGTH} characters"
-    if any(unicodedata.category(char) in {"Cc", "Cs"} for char in name):
-        return "a username has no control characters or lone surrogates"
-    return None
+    if any(unicodedata.category(char) == "Cs" for char in name):
+        return "a username has no lone surrogates"
+    problem = token_username_problem(name)  # a name no login could ever use
+    return None if problem is None else f"a username {problem}"
 
 
 def parse_users(text: str, where: str) -> dict[str, str]:

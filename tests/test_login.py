@@ -9,6 +9,7 @@ import time
 import jwt
 import pytest
 
+from app.config import ConfigError
 from app.tokens import REFRESH_TOKEN_LENGTH
 from tests.conftest import bearer, login, stored_contents
 
@@ -43,7 +44,7 @@ def test_admin_username_gets_admin_role(client, signing_key):
     assert claims["role"] == "admin"
 
 
-@pytest.mark.parametrize("username", ["Admin", "ADMIN", " admin", "admin ", "admin\n", "adm"])
+@pytest.mark.parametrize("username", ["Admin", "ADMIN", " admin", "admin ", "admin\u00a0", "adm"])
 def test_admin_match_is_exact_and_case_sensitive(client, signing_key, username):
     claims = signing_key.decode(login(client, username)["accessToken"])
     assert claims["role"] == "user"
@@ -161,3 +162,83 @@ def test_login_without_store_write_is_not_a_200(make_app, tmp_path):
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"
     assert response.get_json() == {"message": "token store is unavailable, try again shortly"}
+
+
+# --- which usernames may be signed into a token --------------------------------------
+
+CONTROLS = [chr(code) for code in [*range(0x20), *range(0x7F, 0xA0)]]
+
+
+@pytest.mark.parametrize(
+    ("username", "message"),
+    [
+        *[(f"al{char}ice", "username must not contain control characters") for char in CONTROLS],
+        ("\x00", "username must not contain control characters"),
+        ("alice\r\nX-Role: admin", "username must not contain control characters"),
+        ("alice\u2028", "username must not contain line or paragraph separators"),
+        ("\u2029alice", "username must not contain line or paragraph separators"),
+        *[
+            (f"admin{chr(code)}", "username must not contain bidirectional text controls")
+            for code in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+        ],
+        (" ", "username must not be only whitespace"),
+        ("   ", "username must not be only whitespace"),
+        ("\u00a0\u2003\u3000", "username must not be only whitespace"),
+        ("\t", "username must not contain control characters"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/login", "/token"])
+@pytest.mark.parametrize("body_kind", ["json", "form"])
+def test_a_username_with_control_characters_or_only_whitespace_is_400(
+    client, username, message, path, body_kind
+):
+    fields = {"username": username, "password": "pw", "refreshToken": "x" * 42}
+    body = {"json": fields} if body_kind == "json" else {"data": fields}
+    response = client.post(path, **body)
+    assert response.status_code == 400
+    assert response.get_json() == {"message": message}
+
+
+@pytest.mark.parametrize(
+    "username",
+    [
+        "Jane Doe",  # inner spaces
+        " alice ",  # spaces around a name: not only whitespace
+        "José Müller-Łukasiewicz",
+        "山田 太郎",
+        "محمد",  # right-to-left letters need no control
+        "שלום",
+        "🦊 fox 🚀",
+        "👩‍💻",  # zero-width joiner: a format character, not a control
+        "a\u200bb",  # zero-width space
+        "\u00a0a",
+        "x" * 256,
+    ],
+)
+def test_ordinary_usernames_still_log_in_and_refresh(client, signing_key, username):
+    tokens = login(client, username)
+    assert signing_key.decode(tokens["accessToken"])["username"] == username
+    answer = client.post(
+        "/token", json={"username": username, "refreshToken": tokens["refreshToken"]}
+    )
+    assert answer.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("admin", "message"),
+    [
+        ("ad\nmin", "ADMIN_USERNAME must not contain control characters"),
+        ("admin\x00", "ADMIN_USERNAME must not contain control characters"),
+        ("  ", "ADMIN_USERNAME must not be only whitespace"),
+        ("admin\u202e", "ADMIN_USERNAME must not contain bidirectional text controls"),
+    ],
+)
+def test_an_admin_username_no_login_could_send_is_refused_at_start(make_app, admin, message):
+    with pytest.raises(ConfigError, match=message):
+        make_app(ADMIN_USERNAME=admin)
+
+
+def test_an_admin_username_with_inner_spaces_and_emoji_is_fine(make_app, signing_key):
+    client = make_app(ADMIN_USERNAME="Chief Ops 🛠").test_client()
+    claims = signing_key.decode(login(client, "Chief Ops 🛠")["accessToken"])
+    assert claims["role"] == "admin"

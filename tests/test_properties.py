@@ -8,6 +8,7 @@ sent. The runs are bounded and derandomized, so CI sees the same cases every tim
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -267,4 +268,37 @@ def test_with_a_directory_only_the_right_password_gets_a_token(
     username, password = credentials
     response = directory_client.post("/login", json={"username": username, "password": password})
     assert response.status_code == (200 if PASSWORDS.get(username) == password else 401)
+    check_tokens_of(response, username, signing_key)
+
+
+def username_allowed(username: str) -> bool:
+    """Return whether a username may log in, by the rule as README states it."""
+    bidi_controls = {chr(code) for code in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+    return (
+        1 <= len(username) <= 256
+        and not username.isspace()
+        and not any(
+            unicodedata.category(char) == "Cc" or char in "\u2028\u2029" or char in bidi_controls
+            for char in username
+        )
+    )
+
+
+@pytest.fixture
+def unlimited_client(make_app):
+    """Return a client of an app without rate limits (shared by the examples)."""
+    return make_app(RATE_LIMIT_AUTH="off").test_client()
+
+
+@BOUNDED
+@given(
+    username=st.text(max_size=260)
+    | st.text(alphabet=st.sampled_from(" \t\r\n\x00\x1f\x7f\x85\x9f\xa0\u2003\u2028\u202ea😀"))
+)
+def test_login_is_200_exactly_when_the_username_rule_allows_the_name(
+    unlimited_client, signing_key, username
+):
+    response = unlimited_client.post("/login", json={"username": username, "password": "pw"})
+    assert response.status_code in {200, 400}, response.data
+    assert (response.status_code == 200) == username_allowed(username), response.data
     check_tokens_of(response, username, signing_key)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
 import time
 
@@ -12,9 +14,11 @@ from app.tokens import (
     REFRESH_TOKEN_ALPHABET,
     InvalidTokenError,
     issue_access_token,
+    issue_cookie_token,
     new_refresh_token,
     role_for,
     verify_access_token,
+    verify_cookie_token,
 )
 from tests.conftest import make_token, valid_claims
 
@@ -182,3 +186,125 @@ def test_remembered_refusals_are_bounded(keys):
         "bad_signature",
         "bad_signature",
     ]
+
+
+# --- one spelling per token: no base64 padding, no member named twice ----------------
+
+
+def segment(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+
+
+def padded(part: str) -> str:
+    return part + "=" * (-len(part) % 4)
+
+
+def sign_texts(key, header: str, payload: str, pad: str = "") -> str:
+    """Return a token of exactly these JSON texts, signed with ``key`` (the app's own).
+
+    ``pad`` names the segments ("h", "p", "s") written with base64 padding; the
+    signature covers the segments as written, so only the padding is wrong.
+    """
+    head, body = segment(header), segment(payload)
+    head, body = (padded(head) if "h" in pad else head), (padded(body) if "p" in pad else body)
+    signing_input = f"{head}.{body}"
+    signature = base64.urlsafe_b64encode(key.signer.sign(signing_input.encode(), key.signing_key))
+    signature_text = signature.decode() if "s" in pad else signature.rstrip(b"=").decode()
+    return f"{signing_input}.{signature_text}"
+
+
+def header_text(key, **extra: str) -> str:
+    members = {"alg": key.algorithm, "kid": key.kid, "typ": "JWT", **extra}
+    return json.dumps(members, separators=(",", ":"))
+
+
+def payload_text(**changes) -> str:
+    return json.dumps(valid_claims(**changes), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("pad", ["s", "p", "h", "hps"])
+def test_a_token_with_base64_padding_is_refused(keys, pad):
+    key = keys.current
+    # texts whose base64 needs padding: one of three lengths does
+    payload = next(p for n in range(3) if len(segment(p := payload_text(x="x" * n))) % 4)
+    header = next(h for n in range(3) if len(segment(h := header_text(key, x="x" * n))) % 4)
+    assert verify_access_token(sign_texts(key, header, payload), keys)  # the control
+    token = sign_texts(key, header, payload, pad)
+    if "s" in pad and len(token.rpartition(".")[2].rstrip("=")) % 4 == 0:
+        pytest.skip("this signature needs no padding")
+    assert "=" in token
+    with pytest.raises(InvalidTokenError, match="padding"):
+        verify_access_token(token, keys)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{{"username":"alice","role":"user","role":"admin","iat":{iat},"exp":{exp}}}',
+        '{{"username":"alice","role":"admin","iat":{iat},"exp":{exp},"role":"user"}}',
+        '{{"username":"alice","role":"user","iat":{iat},"exp":{exp},"exp":{exp}}}',
+        '{{"username":"alice","role":"user","iat":{iat},"exp":{exp},"x":{{"a":1,"a":2}}}}',
+        '{{"username":"alice","role":"user","iat":{iat},"exp":{exp},"x":[{{"a":1}},{{"b":1,"b":1}}]}}',
+        '{{"username":"alice","role":"user" , "role" :"user","iat":{iat},"exp":{exp}}}',
+    ],
+)
+def test_a_payload_naming_a_member_twice_is_refused(keys, payload):
+    now = int(time.time())
+    text = payload.format(iat=now, exp=now + 60)
+    with pytest.raises(InvalidTokenError, match="repeats a claim"):
+        verify_access_token(sign_texts(keys.current, header_text(keys.current), text), keys)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        '{{"alg":"{alg}","kid":"{kid}","typ":"JWT","kid":"{kid}"}}',
+        '{{"alg":"{alg}","alg":"{alg}","kid":"{kid}","typ":"JWT"}}',
+        '{{"alg":"none","kid":"{kid}","typ":"JWT","alg":"{alg}"}}',
+        '{{"alg":"{alg}","kid":"{kid}","typ":"JWT","x":{{"a":1,"a":1}}}}',
+    ],
+)
+def test_a_header_naming_a_member_twice_is_refused(keys, header):
+    key = keys.current
+    text = header.format(alg=key.algorithm, kid=key.kid)
+    with pytest.raises(InvalidTokenError, match="names no key"):
+        verify_access_token(sign_texts(key, text, payload_text()), keys)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{{"username":"say \\": twice\\":","role":"user","iat":{iat},"exp":{exp}}}',
+        '{{"username" : "alice", "role"\t:"user","iat":{iat},"exp":{exp}}}',
+        '{{"username":"alice","role":"user","iat":{iat},"exp":{exp},"x":{{"role":"admin"}}}}',
+        '{{"username":"alice","role":"user","iat":{iat},"exp":{exp},"x":[{{"a":1}},{{"a":1}}]}}',
+    ],
+)
+def test_a_payload_with_each_member_once_verifies(keys, payload):
+    now = int(time.time())
+    text = payload.format(iat=now, exp=now + 60)
+    token = sign_texts(keys.current, header_text(keys.current), text)
+    assert verify_access_token(token, keys)["role"] == "user"
+
+
+def test_a_header_the_service_did_not_write_verifies_when_each_member_is_once(keys):
+    key = keys.current
+    text = json.dumps({"typ": "JWT", "kid": key.kid, "alg": key.algorithm})  # other order
+    assert verify_access_token(sign_texts(key, text, payload_text()), keys)["username"] == "alice"
+
+
+def test_a_cookie_token_naming_a_user_field_twice_is_refused(keys):
+    exp = int(time.time()) + 60
+    text = f'{{"sub":{{"source":"corp","id":"1","id":"2"}},"exp":{exp}}}'
+    token = sign_texts(keys.current, header_text(keys.current), text)
+    with pytest.raises(InvalidTokenError, match="repeats a claim"):
+        verify_cookie_token(token, keys)
+    fine = sign_texts(keys.current, header_text(keys.current), text.replace('"id":"2"', '"x":"2"'))
+    assert verify_cookie_token(fine, keys) == {"source": "corp", "id": "1"}
+
+
+def test_a_cookie_token_with_padding_is_refused(keys):
+    token = issue_cookie_token({"id": "1"}, keys, 60)
+    assert verify_cookie_token(token, keys) == {"id": "1"}
+    with pytest.raises(InvalidTokenError, match="padding"):
+        verify_cookie_token(token + "=" * (-len(token.rpartition(".")[2]) % 4 or 4), keys)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from flask import Blueprint, Response, request
 from flask.blueprints import BlueprintSetupState
@@ -17,7 +18,13 @@ from app.request_body import optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
 from app.store import Outcome, get_store, shown_digest
-from app.tokens import MAX_USERNAME_LENGTH, issue_access_token, new_refresh_token, role_for
+from app.tokens import (
+    MAX_USERNAME_LENGTH,
+    issue_access_token,
+    new_refresh_token,
+    role_for,
+    token_username_problem,
+)
 from app.users import get_user_directory
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
@@ -48,7 +55,7 @@ def login() -> Response:
     """
     limit_rate("login")
     fields = read_fields()
-    username = required_string(fields, "username", MAX_USERNAME_LENGTH)
+    username = required_username(fields)
     check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
     get_store().issue(refresh_token, username)
@@ -64,7 +71,7 @@ def refresh() -> Response:
     """
     limit_rate("token")
     fields = read_fields()
-    username = required_string(fields, "username", MAX_USERNAME_LENGTH)
+    username = required_username(fields)
     refresh_token = optional_string(fields, "refreshToken")
     if refresh_token is None:
         raise BadRequest("refreshToken is required")
@@ -103,6 +110,15 @@ def _rotate(refresh_token: str, username: str) -> Response:
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
     return json_response({"accessToken": _access_token(username), "refreshToken": successor})
+
+
+def required_username(fields: dict[str, Any]) -> str:
+    """Return the body's username, or 400 saying why no token may carry it."""
+    username = required_string(fields, "username", MAX_USERNAME_LENGTH)
+    problem = token_username_problem(username)
+    if problem is not None:
+        raise BadRequest(f"username {problem}")
+    return username
 
 
 def check_password(username: str, password: str | None) -> None:
