@@ -19,7 +19,7 @@ from flask import Flask
 
 from app.config import MAX_BODY_BYTES, PROVIDER_NAME, Settings
 from app.request_body import DECIMAL, MAX_FORM_FIELDS
-from app.tokens import MAX_USERNAME_LENGTH, REFRESH_TOKEN_LENGTH, ROLES
+from app.tokens import MAX_USERNAME_LENGTH, REFRESH_TOKEN_LENGTH, ROLES, USERNAME_PATTERN
 
 #: The version of this document's API (pyproject.toml's version of the service).
 API_VERSION = "0.1.0"
@@ -618,7 +618,9 @@ def components(settings: Settings) -> dict[str, Any]:
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_USERNAME_LENGTH,
-        "description": "Any text; case-sensitive, never trimmed.",
+        "pattern": USERNAME_PATTERN,
+        "description": "Any text but whitespace alone, control characters, line separators"
+        " and bidirectional controls; case-sensitive, never trimmed.",
     }
     jwt = {
         "type": "string",

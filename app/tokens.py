@@ -37,8 +37,12 @@ MAX_USERNAME_LENGTH = 256
 #: C0 and C1 controls and DEL (NUL, CR, LF...), the Unicode line and paragraph separators,
 #: and the bidirectional embeddings, overrides and isolates, which reorder how a log line
 #: reads. Other format characters and every letter, space and emoji are allowed.
-UNSAFE_USERNAME_CHARACTERS = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+UNSAFE_USERNAME_RANGES = r"\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+UNSAFE_USERNAME_CHARACTERS = re.compile(f"[{UNSAFE_USERNAME_RANGES}]")
+#: The rule as a JSON Schema pattern (ECMA-262, which Python's re reads alike): none of
+#: those characters, and one at least that is not whitespace.
+USERNAME_PATTERN = (
+    f"^[^{UNSAFE_USERNAME_RANGES}]*[^\\s{UNSAFE_USERNAME_RANGES}][^{UNSAFE_USERNAME_RANGES}]*$"
 )
 #: Why the separators and the bidirectional controls are refused; the rest are controls.
 _UNSAFE_USERNAME_REASONS = (

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.keys import load_key_ring
 from app.tokens import (
     REFRESH_TOKEN_ALPHABET,
+    USERNAME_PATTERN,
     InvalidTokenError,
     issue_access_token,
     issue_cookie_token,
     new_refresh_token,
     role_for,
+    token_username_problem,
     verify_access_token,
     verify_cookie_token,
 )
@@ -308,3 +313,10 @@ def test_a_cookie_token_with_padding_is_refused(keys):
     assert verify_cookie_token(token, keys) == {"id": "1"}
     with pytest.raises(InvalidTokenError, match="padding"):
         verify_cookie_token(token + "=" * (-len(token.rpartition(".")[2]) % 4 or 4), keys)
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=8) | st.sampled_from([" ", "\u00a0\u3000", "a\u2029", "\u2066x", "x\x85"]))
+def test_the_api_documents_username_pattern_is_the_login_rule(name):
+    allowed = token_username_problem(name) is None
+    assert bool(re.fullmatch(USERNAME_PATTERN, name)) == (allowed and name != "")
