@@ -55,9 +55,6 @@ def test_no_module_spells_a_reason_or_an_event_itself():
 HOMONYMS = {
     ("app/cli.py", "revoke"),  # a command
     ("app/metrics.py", "rate_limited"),  # a slot
-    ("app/openapi.py", "login"),  # links of the API document
-    ("app/openapi.py", "refresh"),
-    ("app/openapi.py", "revoke"),
     ("app/views/auth.py", "login"),  # the rate limit's endpoint
 }
 

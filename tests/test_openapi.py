@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import re
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import jwt
 import pytest
 import requests
 from flask import Flask, Response
@@ -19,9 +23,17 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
 import app.openapi
-from app.config import MAX_BODY_BYTES
-from app.keys import load_key_ring
-from app.tokens import issue_cookie_token
+from app.config import MAX_BODY_BYTES, PROVIDER_NAME
+from app.keys import ALGORITHMS, load_key_ring
+from app.openapi import OPTION_OFF, UNKNOWN_VERSION, merge_patch, service_version
+from app.request_body import DECIMAL, MAX_FORM_FIELDS
+from app.tokens import (
+    MAX_USERNAME_LENGTH,
+    REFRESH_TOKEN_LENGTH,
+    ROLES,
+    USERNAME_PATTERN,
+    issue_cookie_token,
+)
 from tests.conftest import ROOT, bearer, fresh, login
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 
@@ -42,6 +54,7 @@ CONTRACT = {
     ("/openapi.json", "get"),
 }
 FORM = "application/x-www-form-urlencoded"
+DOCUMENT_FILE = ROOT / "app" / "openapi.json"
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
@@ -133,6 +146,188 @@ def test_document_is_valid_openapi_3_1(document):
 def test_document_version_is_the_service_version(document):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert document["info"]["version"] == project["version"]
+
+
+def test_the_version_outside_a_checkout_is_the_installed_package_s(tmp_path, monkeypatch):
+    versions = {"token-service": "2.3.4"}
+    monkeypatch.setattr(importlib.metadata, "version", versions.__getitem__)
+    assert service_version(tmp_path / "pyproject.toml") == "2.3.4"
+    other = tmp_path / "other.toml"  # another project's file is no checkout of the service
+    other.write_text('[project]\nname = "other"\nversion = "9.9.9"\n')
+    assert service_version(other) == "2.3.4"
+
+
+def test_the_version_without_a_checkout_or_metadata_is_unknown(tmp_path, monkeypatch):
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert service_version(tmp_path / "pyproject.toml") == UNKNOWN_VERSION == "0+unknown"
+
+
+# --- the file -----------------------------------------------------------------------
+
+
+def file_document() -> dict[str, Any]:
+    """Return app/openapi.json, refusing a member named twice (JSON parsers keep the last)."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in pairs]
+        assert len(set(names)) == len(names), f"named twice: {names}"
+        return dict(pairs)
+
+    return json.loads(DOCUMENT_FILE.read_text(encoding="utf-8"), object_pairs_hook=unique)
+
+
+def extensions(node: Any) -> Iterator[str]:
+    """Yield the name of every ``x-`` member in ``node``, at any depth."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key.startswith("x-"):
+                yield key
+            yield from extensions(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from extensions(value)
+
+
+def test_the_file_is_a_valid_document_on_its_own():
+    validate_spec(file_document())
+
+
+def test_every_extension_of_the_file_is_an_option_the_loader_knows():
+    assert set(extensions(file_document())) == set(OPTION_OFF)
+
+
+def test_the_file_s_limits_and_patterns_are_the_code_s():
+    document = file_document()
+    schemas = document["components"]["schemas"]
+    username = {"$ref": "#/components/schemas/Username"}
+    for name in ["LoginRequest", "LoginForm", "RefreshRequest", "RefreshForm", "Claims"]:
+        assert schemas[name]["properties"]["username"] == username, name
+    assert schemas["Username"]["pattern"] == USERNAME_PATTERN
+    assert schemas["Username"]["maxLength"] == MAX_USERNAME_LENGTH
+    open_login = document["paths"]["/login"]["post"]["x-without-user-directory"]
+    assert f"1 to {MAX_USERNAME_LENGTH} characters" in open_login["description"]
+    refresh_token = schemas["Tokens"]["properties"]["refreshToken"]
+    assert refresh_token["pattern"] == f"^[A-Za-z0-9]{{{REFRESH_TOKEN_LENGTH}}}$"
+    assert schemas["Claims"]["properties"]["role"]["enum"] == list(ROLES)
+    guests = schemas["ReservationForm"]["properties"]["guestsCount"]
+    assert guests["pattern"] == f"^{DECIMAL.pattern}$"
+    for name in ["LoginForm", "RefreshForm", "ReservationForm"]:
+        assert schemas[name]["maxProperties"] == MAX_FORM_FIELDS
+    for path in app.openapi.PROVIDER_PATHS:
+        parameter = document["paths"][path]["get"]["parameters"][0]
+        assert parameter["name"] == "provider"
+        assert parameter["schema"]["pattern"] == f"^{PROVIDER_NAME.pattern}$"
+    for path in ["/login", "/token", "/restaurant-reservation"]:
+        body = document["paths"][path]["post"]["requestBody"]
+        assert f"at most {MAX_BODY_BYTES} bytes" in body["description"]
+    too_large = document["components"]["responses"]["PayloadTooLarge"]
+    assert f"larger than {MAX_BODY_BYTES} bytes" in too_large["description"]
+    example = too_large["content"]["application/json"]["example"]["message"]
+    assert example == f"request body is larger than {MAX_BODY_BYTES} bytes"
+
+
+@pytest.mark.parametrize(
+    ("target", "patch", "result"),
+    [  # RFC 7386, appendix A
+        ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+        ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+        ({"a": "b"}, {"a": None}, {}),
+        ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+        ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+        ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+        ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+        ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+        ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
+        ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+    ],
+)
+def test_the_option_patches_are_json_merge_patches(target, patch, result):
+    assert merge_patch(target, patch) == result
+
+
+def users_file(folder: Path) -> str:
+    path = folder / "users.json"
+    path.write_text("{}")
+    return str(path)
+
+
+@pytest.mark.store("sqlite")  # the document does not depend on the store
+@pytest.mark.parametrize(
+    ("rate_limit", "directory", "failure_limit", "login_429", "token_429"),
+    [
+        ("3 per minute", False, "3 per hour", True, True),
+        ("3 per minute", True, "off", True, True),
+        ("off", False, "3 per hour", False, False),  # no directory: no failed login to count
+        ("off", True, "3 per hour", True, False),
+        ("off", True, "off", False, False),
+    ],
+)
+def test_each_option_changes_the_document_and_it_stays_valid(
+    make_app, tmp_path, rate_limit, directory, failure_limit, login_429, token_429
+):
+    options = {"RATE_LIMIT_AUTH": rate_limit, "LOGIN_FAILURE_LIMIT": failure_limit}
+    if directory:
+        options["USERS_FILE"] = users_file(tmp_path)
+    document = document_of(make_app(**options).test_client())
+    validate_spec(document)
+    assert list(extensions(document)) == []
+    login_operation = document["paths"]["/login"]["post"]
+    assert ("429" in login_operation["responses"]) is login_429
+    assert ("429" in document["paths"]["/token"]["post"]["responses"]) is token_429
+    assert ("401" in login_operation["responses"]) is directory
+    assert ("user directory" in login_operation["description"]) is directory
+    password = document["components"]["schemas"]["LoginForm"]["properties"]["password"]
+    assert password["description"] == (
+        "Checked against the user directory." if directory else "Not checked."
+    )
+
+
+@pytest.mark.store("sqlite")  # the document does not depend on the store
+def test_the_provider_parameter_names_the_configured_providers(make_app):
+    providers = {"OIDC_PROVIDERS": "corp,other"}
+    for name in ["corp", "other"]:
+        providers |= {
+            f"OIDC_{name.upper()}_ISSUER": f"http://127.0.0.1:9/{name}",  # never asked here
+            f"OIDC_{name.upper()}_CLIENT_ID": "client",
+            f"OIDC_{name.upper()}_CLIENT_SECRET": "s" * 32,
+        }
+    configured = document_of(make_app(**providers).test_client())
+    unconfigured = document_of(make_app().test_client())
+    for path in app.openapi.PROVIDER_PATHS:
+        for method in ["get", "head"]:
+            (parameter, *_) = configured["paths"][path][method]["parameters"]
+            assert parameter["description"].endswith(" Configured: corp, other.")
+            assert parameter["example"] == "corp"
+            (parameter, *_) = unconfigured["paths"][path][method]["parameters"]
+            assert "Configured" not in parameter["description"]
+
+
+@pytest.mark.store("sqlite")  # the document does not depend on the store
+def test_the_cleared_cookie_is_the_configured_one(make_app):
+    document = document_of(make_app(AUTH_COOKIE_NAME="session.token").test_client())
+    pattern = document["components"]["headers"]["ClearAuthCookie"]["schema"]["pattern"]
+    assert re.search(pattern, "session.token=; Max-Age=0; Path=/")
+    assert not re.search(pattern, "sessionXtoken=; Max-Age=0; Path=/")
+
+
+@pytest.mark.store("sqlite")  # the document does not depend on the store
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_text_is_true_for_every_signing_algorithm(make_app, algorithm):
+    document = document_of(make_app(SIGNING_ALGORITHM=algorithm).test_client())
+    jwks = document["paths"].pop("/.well-known/jwks.json")
+    assert "HS256" not in json.dumps(jwks)  # which speaks of key pairs only
+    for name in ALGORITHMS:  # nowhere else does the document name an algorithm
+        assert name not in json.dumps(document), name
+    assert "SIGNING_ALGORITHM" in document["info"]["description"]
+    token_text = document["components"]["schemas"]["AccessTokenText"]["description"]
+    assert "SIGNING_ALGORITHM" in token_text
+    assert "`kid`" in token_text
+    tokens = document["paths"]["/login"]["post"]["responses"]["200"]["content"]
+    example = tokens["application/json"]["example"]["accessToken"]
+    assert "kid" in jwt.get_unverified_header(example)  # as every token the service signs
 
 
 def test_document_is_json_and_built_once_per_app(make_app, monkeypatch):
@@ -396,6 +591,7 @@ SCHEMATHESIS_TIMEOUT = 360
 
 
 @pytest.mark.gunicorn
+@pytest.mark.store("sqlite")  # once: the Redis store's answers are its own suites' to check
 def test_schemathesis_finds_nothing_against_a_real_gunicorn(
     gunicorn_server, signing_secret, tmp_path
 ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections import defaultdict
+from fnmatch import fnmatch
 
 import pytest
 from packaging.requirements import Requirement
@@ -12,7 +13,8 @@ from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
 
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
 RUNTIME = [Requirement(line) for line in PROJECT["dependencies"]]
 DEV = [Requirement(line) for line in PROJECT["optional-dependencies"]["dev"]]
 REFRESH = "pyproject.toml changed without `make requirements`"
@@ -83,3 +85,20 @@ def test_the_tools_whose_verdicts_change_between_releases_are_pinned_exactly():
     for tool in ("ruff", "mypy", "uv"):  # uv: `make requirements` installs this exact pin
         (specifier,) = declared[tool].specifier
         assert specifier.operator == "==", declared[tool]
+
+
+def test_every_file_of_the_package_that_is_not_python_ships_in_the_wheel():
+    """setuptools puts in a wheel only the Python modules, and the files package-data names."""
+    patterns = [
+        "/".join([*package.split(".")[1:], pattern])
+        for package, package_patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items()
+        for pattern in package_patterns
+    ]
+    data_files = [
+        path.relative_to(ROOT / "app").as_posix()
+        for path in sorted((ROOT / "app").rglob("*"))
+        if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
+    ]
+    assert "openapi.json" in data_files
+    for name in data_files:
+        assert any(fnmatch(name, pattern) for pattern in patterns), f"app/{name} is not shipped"
