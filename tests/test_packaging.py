@@ -83,3 +83,28 @@ def test_the_tools_whose_verdicts_change_between_releases_are_pinned_exactly():
     for tool in ("ruff", "mypy", "uv"):  # uv: `make requirements` installs this exact pin
         (specifier,) = declared[tool].specifier
         assert specifier.operator == "==", declared[tool]
+
+
+PACKAGE_DATA = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+    "package-data"
+]
+
+
+def test_every_data_file_of_the_package_is_declared_so_that_the_wheel_ships_it():
+    data = [
+        path.relative_to(ROOT)
+        for path in (ROOT / "app").rglob("*")
+        if path.is_file() and path.suffix not in {".py", ".pyc"}
+    ]
+    assert any(path.suffix == ".lua" for path in data)  # the Redis scripts
+    missing = [
+        str(path)
+        for path in data
+        if not any(
+            path.relative_to(package.replace(".", "/")).match(pattern)
+            for package, patterns in PACKAGE_DATA.items()
+            if path.is_relative_to(package.replace(".", "/"))
+            for pattern in patterns
+        )
+    ]
+    assert missing == [], "add them to [tool.setuptools.package-data] in pyproject.toml"

@@ -36,7 +36,7 @@ from flask import Flask, current_app
 from limits import RateLimitItem
 
 from app.config import Settings
-from app.rate_limit import (
+from app.rate_limit.counters import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
     Counters,
