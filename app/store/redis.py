@@ -63,9 +63,10 @@ PURGE_ALL_BATCH = 1000
 
 #: Each script's source: the shared head (lua/forget.lua), then its own file.
 SCRIPTS = {
-    name: read_lua("app.store", "forget.lua", f"{name}.lua")
-    for name in ("revoke", "revoke_all", "revoke_prefix", "purge", "issue", "rotate")
-}
+    file.removesuffix(".lua"): read_lua("app.store", "forget.lua", file)
+    for file in ("revoke.lua", "revoke_all.lua", "revoke_prefix.lua", "purge.lua", "issue.lua",
+                 "rotate.lua")
+}  # fmt: skip
 
 
 def _microseconds(now: float) -> int:
