@@ -9,8 +9,7 @@ database, never the password.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from importlib.resources import files
 from typing import Generic, TypeVar
 
@@ -55,16 +54,18 @@ def read_lua(package: str, *names: str) -> str:
     return "\n".join(folder.joinpath(name).read_text(encoding="utf-8") for name in names)
 
 
-@contextmanager
-def redis_errors(unavailable: Callable[[str], Exception], what: str) -> Iterator[None]:
-    """Turn every Redis failure in the block into ``unavailable("<what>: <class>: <text>")``."""
-    try:
-        yield
-    except (redis.RedisError, OSError) as error:
-        # ConnectionError, TimeoutError, BusyLoadingError, ReadOnlyError,
-        # OutOfMemoryError, ExecAbortError, NoPermissionError... all mean Redis
-        # cannot answer now; the name of the class says which.
-        raise unavailable(f"{what}: {type(error).__name__}: {error}") from error
+#: What redis-py raises when Redis cannot answer now: ConnectionError, TimeoutError,
+#: BusyLoadingError, ReadOnlyError, OutOfMemoryError, ExecAbortError, NoPermissionError...
+#: (a RedisError), or the socket's own OSError.
+REDIS_FAILURES = (redis.RedisError, OSError)
+
+
+def failure_message(where: str, error: BaseException) -> str:
+    """Return the one line that says ``where`` failed: the error's class names the cause.
+
+    ``where`` names the server by ``redis_location``; redis-py's own text shows no password.
+    """
+    return f"{where}: {type(error).__name__}: {error}"
 
 
 class ProcessClient(Generic[Prepared]):

@@ -14,7 +14,7 @@ import redis
 from redis.commands.core import Script
 
 from app.rate_limit.counters import CountersUnavailableError
-from app.redis_client import ProcessClient, read_lua, redis_errors
+from app.redis_client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 
 KEY_PREFIX = "rl:"
 HIT_SCRIPT = read_lua("app.rate_limit", "hit.lua")
@@ -44,20 +44,27 @@ class RedisCounters:
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
         """Count one hit on each (key, window in seconds); return each one's hits and the
         seconds until its window ends, in the order given."""
-        with redis_errors(CountersUnavailableError, f"Redis {self.location}"):
+        try:
             answer = self._client.get()[1](
                 keys=[KEY_PREFIX + key for key, _ in counters],
                 args=[window * 1000 for _, window in counters],
             )
+        except REDIS_FAILURES as error:
+            raise self._unavailable(error) from error
         return [(int(answer[n]), int(answer[n + 1]) / 1000) for n in range(0, len(answer), 2)]
 
     def forgive(self, keys: Sequence[str]) -> None:
         """Take back one hit from each running counter of ``keys`` (none goes below 0)."""
-        with redis_errors(CountersUnavailableError, f"Redis {self.location}"):
+        try:
             self._client.get()[0].eval(
                 FORGIVE_SCRIPT, len(keys), *[KEY_PREFIX + key for key in keys]
             )
+        except REDIS_FAILURES as error:
+            raise self._unavailable(error) from error
 
     def close(self) -> None:
         """Release this process's connections (reopened on next use)."""
         self._client.close()
+
+    def _unavailable(self, error: BaseException) -> CountersUnavailableError:
+        return CountersUnavailableError(failure_message(f"Redis {self.location}", error))

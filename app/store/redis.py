@@ -38,7 +38,7 @@ from typing import Any, cast
 import redis
 from redis.commands.core import Script
 
-from app.redis_client import ProcessClient, read_lua, redis_errors
+from app.redis_client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
@@ -241,8 +241,12 @@ class RedisTokenStore(RefreshTokenStore):
     @contextmanager
     def _answering(self) -> Iterator[_Connection]:
         """Yield this process's connection; turn every Redis failure into one error."""
-        with redis_errors(StoreUnavailableError, f"Redis store {self.location}"):
+        try:
             yield self._open()
+        except REDIS_FAILURES as error:
+            raise StoreUnavailableError(
+                failure_message(f"Redis store {self.location}", error)
+            ) from error
 
     def _open(self) -> _Connection:
         return self._client.get()[1]
