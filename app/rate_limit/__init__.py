@@ -36,28 +36,12 @@ from limits import RateLimitItem
 
 from app.config import IPNetwork, Settings
 from app.proxy import FORWARDED_KEY, parse_address
-from app.rate_limit.counters import (
-    FAILURE_LOG_INTERVAL,
-    RETRY_AFTER_FAILURE,
-    SQLITE_FILE_NAME,
-    Counters,
-    CountersUnavailableError,
-    open_storage,
-)
+from app.rate_limit.counters import FAILURE_LOG_INTERVAL, RETRY_AFTER_FAILURE, Counters
+from app.rate_limit.counters import SQLITE_FILE_NAME as SQLITE_FILE_NAME  # re-exported
+from app.rate_limit.counters import CountersUnavailableError as CountersUnavailableError
 from app.rate_limit.login_failures import init_login_failure_limit
+from app.rate_limit.storage import open_storage
 from app.request_log import note
-
-__all__ = [
-    "FAILURE_LOG_INTERVAL",
-    "RETRY_AFTER_FAILURE",
-    "SQLITE_FILE_NAME",
-    "Counters",
-    "CountersUnavailableError",
-    "RateLimiter",
-    "get_rate_limiter",
-    "init_rate_limit",
-    "open_storage",
-]
 
 EXTENSION_KEY = "rate_limiter"
 #: Distinct client addresses whose key each process remembers.

@@ -1,18 +1,13 @@
-"""The rate limits' counters: their interface, their failure, and which storage holds them.
+"""The counters' storage of the rate limits: its interface and its failure.
 
-``app.rate_limit.sqlite`` and ``app.rate_limit.redis`` implement ``Counters``; the
-per-address limits (``app.rate_limit``) and the per-username one
-(``app.rate_limit.login_failures``) count on them.
+Apart from the limits themselves, so that the storages (``app.rate_limit.sqlite``,
+``app.rate_limit.redis``) import no module that imports them.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Protocol
-
-from app.config import Settings
-from app.store_url import parse_store_url
 
 #: The counters' SQLite file, in the token store's folder.
 SQLITE_FILE_NAME = "rate_limits.sqlite3"
@@ -40,17 +35,3 @@ class Counters(Protocol):
 
     def close(self) -> None:
         """Release this process's connections."""
-
-
-def open_storage(settings: Settings) -> Counters:
-    """Return the counters' storage: the token store's Redis, or a SQLite file beside it."""
-    location = parse_store_url(settings.token_store_url)
-    if location.backend == "sqlite":
-        from app.rate_limit.sqlite import SQLiteCounters  # only SQLite hosts load it
-
-        folder = os.path.dirname(location.path)
-        return SQLiteCounters(os.path.join(folder, SQLITE_FILE_NAME), settings.store_timeout)
-    from app.rate_limit.redis import RedisCounters  # only Redis hosts load redis-py
-
-    connect_timeout = settings.store_connect_timeout or settings.store_timeout
-    return RedisCounters(location.url, settings.store_timeout, connect_timeout)

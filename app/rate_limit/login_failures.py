@@ -41,8 +41,8 @@ from app.rate_limit.counters import (
     RETRY_AFTER_FAILURE,
     Counters,
     CountersUnavailableError,
-    open_storage,
 )
+from app.rate_limit.storage import open_storage
 
 EXTENSION_KEY = "login_failure_limit"
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
