@@ -26,8 +26,9 @@ def read_one_line(what: str, limit: int) -> str:
     """Return the one line of standard input, without its line end, reading at most about
     ``limit`` characters; refuse input of more than one line, rather than drop the rest.
 
-    A line longer than ``limit`` comes back cut short, longer than ``limit`` all the same,
-    for the caller to refuse.
+    The input is read to its end (a pipe's writer closes it), or to a few characters past
+    ``limit``: a line longer than ``limit`` comes back cut short, longer than ``limit``
+    all the same, for the caller to refuse.
     """
     text = sys.stdin.read(limit + 3)  # the line, its "\r\n", and one more: a second line
     line, newline, rest = text.partition("\n")
