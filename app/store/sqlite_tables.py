@@ -56,8 +56,8 @@ CREATE INDEX IF NOT EXISTS denied_tokens_by_expiry ON denied_tokens (expires_at)
 """
 #: Only the per-user limit needs a user's tokens on every login: this index is made when
 #: the limit is set, and kept after (another process may have the limit set). Without
-#: it each login writes one page less (2.5% of a login's CPU, bench/paired.py), and
-#: ``flask tokens list`` and ``revoke-user`` scan the table (about 0.1 s per million).
+#: it each login writes one page less (docs/performance.md has the measure), and
+#: ``flask tokens list`` and ``revoke-user`` scan the table.
 USERNAME_INDEX = (
     "CREATE INDEX IF NOT EXISTS refresh_tokens_by_username ON refresh_tokens (username, issued_at)"
 )
