@@ -128,7 +128,7 @@ class ProcessWriter:
         """Run one statement, its own transaction, on the process's write connection.
 
         What ``connection()`` does for one statement, without its two generator frames
-        (a few µs that every login paid).
+        (on the path of every login).
         """
         self._acquire()
         try:

@@ -38,7 +38,7 @@ def prefill(path: Path, count: int, batch: int = 50_000) -> float:
     each, in one transaction. Return the seconds it took.
     """
     from app.store.base import token_digest
-    from app.store.sqlite import SCHEMA
+    from app.store.sqlite_tables import SCHEMA
 
     started = time.monotonic()
     salt = os.urandom(16).hex()

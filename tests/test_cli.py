@@ -119,6 +119,47 @@ def test_revoke_token_without_a_token_is_a_usage_error(runner):
     assert "give the refresh token on standard input" in result.stderr
 
 
+def test_revoke_token_refuses_an_access_token_in_one_line_and_never_shows_it(runner, client):
+    answer = login(client, "alice")
+    result = runner.invoke(args=["tokens", "revoke-token"], input=answer["accessToken"] + "\n")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: that is not a refresh token (42 letters and digits")
+    assert result.stderr.count("\n") == 1
+    assert answer["accessToken"] not in result.output
+    assert refreshes(client, "alice", answer["refreshToken"])
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    ["x" * 41, "x" * 43, "x" * 41 + "-", "x" * 41 + "\u00e9", "a.b.c", "x" * 20 + " " + "x" * 21],
+)
+def test_revoke_token_refuses_what_is_not_shaped_as_a_refresh_token(runner, client, malformed):
+    result = runner.invoke(args=["tokens", "revoke-token"], input=malformed + "\n")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("Error: that is not a refresh token")
+    assert malformed not in result.output
+
+
+def test_revoke_token_of_a_well_formed_unknown_token_says_it_was_not_known(runner):
+    result = runner.invoke(args=["tokens", "revoke-token"], input="A1" * 21 + "\n")
+    assert result.exit_code == 0
+    shown = token_digest("A1" * 21)[:12]
+    assert result.stdout == f"the refresh token {shown} was not known (revoked already?)\n"
+
+
+@pytest.mark.parametrize("second", ["\n", "another\n", "another"])
+def test_revoke_token_refuses_more_than_one_line_and_revokes_nothing(runner, client, second):
+    token = login(client, "alice")["refreshToken"]
+    other = login(client, "bob")["refreshToken"]
+    result = runner.invoke(args=["tokens", "revoke-token"], input=f"{token}\n{second}")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "Error: give the refresh token as one line on standard input; it has more than one\n"
+    )
+    assert refreshes(client, "alice", token)
+    assert refreshes(client, "bob", other)
+
+
 @pytest.fixture
 def unreachable_app(make_app, store_url, tmp_path, request):
     if store_url.startswith("sqlite:///"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections import defaultdict
-from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -87,18 +87,27 @@ def test_the_tools_whose_verdicts_change_between_releases_are_pinned_exactly():
         assert specifier.operator == "==", declared[tool]
 
 
-def test_every_file_of_the_package_that_is_not_python_ships_in_the_wheel():
-    """setuptools puts in a wheel only the Python modules, and the files package-data names."""
-    patterns = [
-        "/".join([*package.split(".")[1:], pattern])
-        for package, package_patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items()
-        for pattern in package_patterns
+PACKAGE_DATA = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+    "package-data"
+]
+
+
+def test_every_data_file_of_the_package_is_declared_so_that_the_wheel_ships_it():
+    data = [
+        path.relative_to(ROOT)
+        for path in (ROOT / "app").rglob("*")
+        if path.is_file() and path.suffix not in {".py", ".pyc"}
     ]
-    data_files = [
-        path.relative_to(ROOT / "app").as_posix()
-        for path in sorted((ROOT / "app").rglob("*"))
-        if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
+    assert any(path.suffix == ".lua" for path in data)  # the Redis scripts
+    assert Path("app/openapi.json") in data  # the API document
+    missing = [
+        str(path)
+        for path in data
+        if not any(
+            path.relative_to(package.replace(".", "/")).match(pattern)
+            for package, patterns in PACKAGE_DATA.items()
+            if path.is_relative_to(package.replace(".", "/"))
+            for pattern in patterns
+        )
     ]
-    assert "openapi.json" in data_files
-    for name in data_files:
-        assert any(fnmatch(name, pattern) for pattern in patterns), f"app/{name} is not shipped"
+    assert missing == [], "add them to [tool.setuptools.package-data] in pyproject.toml"

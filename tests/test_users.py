@@ -412,6 +412,26 @@ def test_bad_input_is_refused_in_one_line(users_runner, users_file, args, stdin,
     assert not users_file.exists() or "alice" not in users_file.read_text()
 
 
+def test_replace_of_an_unknown_user_is_refused_and_adds_nobody(users_runner, users_file):
+    _, runner = users_runner
+    result = runner.invoke(args=["users", "add", "--replace", "alice"], input="long enough\n")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"Error: no user 'alice' in {users_file}; add it without --replace\n"
+    assert not users_file.exists() or "alice" not in users_file.read_text()
+    assert runner.invoke(args=["users", "list"]).stdout == ""
+
+
+@pytest.mark.parametrize("second", ["second password\n", "\n", "x"])
+def test_add_refuses_more_than_one_line_on_stdin(users_runner, users_file, second):
+    _, runner = users_runner
+    result = runner.invoke(args=["users", "add", "alice"], input=f"first password\n{second}")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "Error: give the password as one line on standard input; it has more than one\n"
+    )
+    assert not users_file.exists() or "alice" not in users_file.read_text()
+
+
 def test_a_password_keeps_its_spaces_and_loses_only_the_line_end(users_runner, users_file):
     _, runner = users_runner
     assert runner.invoke(args=["users", "add", "alice"], input=" spaced out \r\n").exit_code == 0

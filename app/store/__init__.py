@@ -15,6 +15,7 @@ from app.store.base import (
     shown_digest,
     token_digest,
 )
+from app.store_url import parse_store_url
 
 __all__ = [
     "Outcome",
@@ -48,13 +49,14 @@ def open_store(
     ``durability`` (SQLite) is ``normal`` or ``strict``; Redis's is its own
     ``appendfsync``.
     """
-    if url.startswith("sqlite:///"):
-        from app.store.sqlite import SQLiteTokenStore
+    location = parse_store_url(url)
+    if location.backend == "sqlite":
+        from app.store.sqlite import SQLiteTokenStore  # only SQLite hosts load it
 
-        return SQLiteTokenStore(url[len("sqlite:///") :], timeout, policy, durability)
-    from app.store.redis import RedisTokenStore
+        return SQLiteTokenStore(location.path, timeout, policy, durability)
+    from app.store.redis import RedisTokenStore  # only Redis hosts load redis-py
 
-    return RedisTokenStore(url, timeout, connect_timeout, policy)
+    return RedisTokenStore(location.url, timeout, connect_timeout, policy)
 
 
 def init_store(app: Flask, settings: Settings) -> None:

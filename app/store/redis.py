@@ -30,18 +30,15 @@ client (the app host's clock), as with SQLite; the TTLs are set relative to them
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
-from redis.backoff import NoBackoff
 from redis.commands.core import Script
-from redis.connection import parse_url
-from redis.retry import Retry
 
+from app.redis_client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
@@ -64,229 +61,12 @@ DENIED_KEY_PREFIX = "rt:denied:"
 #: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
 PURGE_ALL_BATCH = 1000
 
-# Shared head of the scripts: KEYS[1] and KEYS[2] are DIGESTS_KEY and EXPIRING_KEY,
-# ARGV[1] to ARGV[3] the key prefixes. A token's user and family keys are found from
-# the token's own hash, so they cannot be declared in KEYS: the store needs one Redis
-# (with replicas if you like), not Redis Cluster.
-_FORGET = """
-local digests_key, expiring_key = KEYS[1], KEYS[2]
-local token_prefix, user_prefix, family_prefix = ARGV[1], ARGV[2], ARGV[3]
--- the index entries of a token, whose hash may be gone already (its TTL)
-local function unindex(digest, username)
-    redis.call('ZREM', digests_key, digest)
-    redis.call('ZREM', user_prefix .. username, digest)
-    redis.call('ZREM', expiring_key, digest .. username)
-end
--- every token of a family, live and retired, and the family itself
-local function forget_family(family, username)
-    local family_key = family_prefix .. family
-    for _, member in ipairs(redis.call('ZRANGE', family_key, 0, -1)) do
-        redis.call('DEL', token_prefix .. member)
-        unindex(member, username)
-    end
-    redis.call('DEL', family_key)
-end
--- one token; a family's live token takes its retired ones along
-local function forget(digest)
-    local token_key = token_prefix .. digest
-    local record = redis.call('HMGET', token_key, 'username', 'family', 'retired_at')
-    redis.call('ZREM', digests_key, digest)
-    local username, family, retired_at = record[1], record[2], record[3]
-    if not username then
-        return 0
-    end
-    redis.call('DEL', token_key)
-    unindex(digest, username)
-    if family and retired_at then
-        redis.call('ZREM', family_prefix .. family, digest)
-    elseif family then
-        forget_family(family, username)
-    end
-    return 1
-end
--- up to limit tokens whose expiry is at or before now, found by score
-local function purge(now, limit)
-    local due = redis.call('ZRANGEBYSCORE', expiring_key, '-inf', now, 'LIMIT', 0, limit)
-    for _, member in ipairs(due) do
-        local digest, username = string.sub(member, 1, 64), string.sub(member, 65)
-        local token_key = token_prefix .. digest
-        local family = redis.call('HGET', token_key, 'family')
-        redis.call('DEL', token_key)
-        unindex(digest, username)
-        if family then
-            redis.call('ZREM', family_prefix .. family, digest)
-        end
-    end
-    return #due
-end
-local function milliseconds_until(expires_at, now)
-    return math.max(1, math.floor((tonumber(expires_at) - now) * 1000))
-end
--- a user's score for a token issued at microsecond issued_us: above every token they
--- hold, so that eviction goes by order of issue even within one microsecond or second
-local function next_score(user_key, issued_us)
-    local newest = redis.call('ZRANGE', user_key, -1, -1, 'WITHSCORES')[2]
-    local score = tonumber(issued_us)
-    if newest and tonumber(newest) >= score then
-        score = tonumber(newest) + 1
-    end
-    return string.format('%.0f', score)  -- %.14g, Lua's default, would round it
-end
-"""
-#: ARGV[4]: the digest. Returns 1 if the token was known, else 0.
-REVOKE_SCRIPT = _FORGET + "return forget(ARGV[4])\n"
-#: KEYS[3]: the user key. Returns how many tokens were forgotten.
-REVOKE_ALL_SCRIPT = (
-    _FORGET
-    + """
-local forgotten = 0
-for _, digest in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    forgotten = forgotten + forget(digest)
-end
-redis.call('DEL', KEYS[3])
-return forgotten
-"""
-)
-#: ARGV[4]: a lowercase hex prefix. Forgets the one token it matches; returns 1 or 0.
-REVOKE_PREFIX_SCRIPT = (
-    _FORGET
-    + """
-local prefix = ARGV[4]
-local found = redis.call('ZRANGEBYLEX', digests_key, '[' .. prefix, '(' .. prefix .. 'g',
-                         'LIMIT', 0, 2)
-if #found ~= 1 then
-    return 0
-end
-return forget(found[1])
-"""
-)
-#: ARGV[4]: now, ARGV[5]: the most to purge. Returns how many expired tokens it forgot.
-PURGE_SCRIPT = _FORGET + "return purge(ARGV[4], tonumber(ARGV[5]))\n"
-#: ARGV[4..11]: digest, username, now, issued_at, expires_at ('' for none), the
-#: per-user limit (0 for none), the purge batch, now in microseconds. Issues under a
-#: lifetime or a limit.
-ISSUE_SCRIPT = (
-    _FORGET
-    + """
-local digest, username, now, issued_at = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local expires_at, per_user = ARGV[8], tonumber(ARGV[9])
-purge(ARGV[6], tonumber(ARGV[10]))
-local user_key = user_prefix .. username
-if per_user > 0 then
-    local live = {}
-    for _, member in ipairs(redis.call('ZRANGE', user_key, 0, -1)) do  -- oldest first
-        local record = redis.call('HMGET', token_prefix .. member, 'username', 'expires_at')
-        if not record[1] then
-            unindex(member, username)
-        elseif record[2] and tonumber(record[2]) <= now then
-            forget(member)
-        else
-            table.insert(live, member)
-        end
-    end
-    for index = 1, #live - per_user + 1 do
-        forget(live[index])
-    end
-end
-local token_key = token_prefix .. digest
-redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at)
-redis.call('ZADD', user_key, next_score(user_key, ARGV[11]), digest)
-redis.call('ZADD', digests_key, 0, digest)
-if expires_at ~= '' then
-    redis.call('HSET', token_key, 'expires_at', expires_at)
-    redis.call('ZADD', expiring_key, expires_at, digest .. username)
-    redis.call('PEXPIRE', token_key, milliseconds_until(expires_at, now))
-end
-return 1
-"""
-)
-#: ARGV[4..13]: digest, successor's digest, username, now, issued_at, lifetime ('' for
-#: none), grace, generations kept, purge batch, now in microseconds. Returns {outcome,
-#: family}.
-ROTATE_SCRIPT = (
-    _FORGET
-    + """
-local digest, successor, username = ARGV[4], ARGV[5], ARGV[6]
-local now, issued_at, lifetime = tonumber(ARGV[7]), ARGV[8], ARGV[9]
-if lifetime ~= '' then
-    purge(ARGV[7], tonumber(ARGV[12]))
-end
-local token_key = token_prefix .. digest
-local record = redis.call('HMGET', token_key, 'username', 'family', 'generation', 'expires_at',
-                          'retired_at')
-local owner, family, generation, expires_at = record[1], record[2], record[3], record[4]
-if not owner or (expires_at and now >= tonumber(expires_at)) then
-    return {'unknown', ''}
-end
-if owner ~= username then
-    return {'other_user', ''}
-end
-family = family or digest
-generation = tonumber(generation or '0')
-local family_key, user_key = family_prefix .. family, user_prefix .. username
-local function retire(member)
-    redis.call('HSET', token_prefix .. member, 'retired_at', ARGV[7])
-    redis.call('ZREM', digests_key, member)
-    redis.call('ZREM', user_key, member)
-end
-local outcome = 'rotated'
-if record[5] then
-    local unused = nil
-    local grace = tonumber(ARGV[10])
-    -- no grace, no retry: a clock read a moment before another rotation is no excuse
-    if grace > 0 and now < tonumber(record[5]) + grace then
-        -- this token's own successor, if nothing rotated or replaced it yet: a sibling's
-        -- successor (another retry's, rotated since) is not its to retry; a successor
-        -- made before ``parent`` was recorded has none, so its retry is reuse
-        for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, generation + 1,
-                                           generation + 1)) do
-            local state = redis.call('HMGET', token_prefix .. member, 'username', 'retired_at',
-                                     'parent')
-            if state[1] and not state[2] and state[3] == digest then
-                unused = member
-            end
-        end
-    end
-    if not unused then
-        forget_family(family, username)
-        return {'reused', family}
-    end
-    outcome = 'retried'
-    retire(unused)  -- retired, not forgotten: whoever presents it later revokes the family
-else
-    redis.call('HSET', token_key, 'family', family, 'generation', generation)
-    retire(digest)
-    redis.call('ZADD', family_key, generation, digest)
-end
-if not expires_at and lifetime ~= '' then  -- a family older than the setting
-    expires_at = tonumber(issued_at) + tonumber(lifetime)
-    for _, member in ipairs(redis.call('ZRANGE', family_key, 0, -1)) do
-        redis.call('HSET', token_prefix .. member, 'expires_at', expires_at)
-        redis.call('ZADD', expiring_key, expires_at, member .. username)
-        redis.call('PEXPIRE', token_prefix .. member, milliseconds_until(expires_at, now))
-    end
-end
-local successor_key = token_prefix .. successor
-redis.call('HSET', successor_key, 'username', username, 'issued_at', issued_at,
-           'family', family, 'generation', generation + 1, 'parent', digest)
-redis.call('ZADD', user_key, next_score(user_key, ARGV[13]), successor)
-redis.call('ZADD', digests_key, 0, successor)
-redis.call('ZADD', family_key, generation + 1, successor)
-if expires_at then
-    redis.call('HSET', successor_key, 'expires_at', expires_at)
-    redis.call('ZADD', expiring_key, expires_at, successor .. username)
-    redis.call('PEXPIRE', successor_key, milliseconds_until(expires_at, now))
-    redis.call('PEXPIRE', family_key, milliseconds_until(expires_at, now))
-end
-local cutoff = '(' .. (generation + 1 - tonumber(ARGV[11]))
-for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, '-inf', cutoff)) do
-    redis.call('DEL', token_prefix .. member)
-    unindex(member, username)
-end
-redis.call('ZREMRANGEBYSCORE', family_key, '-inf', cutoff)
-return {outcome, family}
-"""
-)
+#: Each script's source: the shared head (lua/forget.lua), then its own file.
+SCRIPTS = {
+    file.removesuffix(".lua"): read_lua("app.store", "forget.lua", file)
+    for file in ("revoke.lua", "revoke_all.lua", "revoke_prefix.lua", "purge.lua", "issue.lua",
+                 "rotate.lua")
+}  # fmt: skip
 
 
 def _microseconds(now: float) -> int:
@@ -298,7 +78,6 @@ def _microseconds(now: float) -> int:
 class _Connection:
     """One process's client (with its connection pool) and its scripts."""
 
-    pid: int
     client: redis.Redis
     revoke: Script
     revoke_all: Script
@@ -307,15 +86,20 @@ class _Connection:
     issue: Script
     rotate: Script
 
+    @classmethod
+    def of(cls, client: redis.Redis) -> _Connection:
+        """Return ``client`` with the scripts registered (loaded by Redis on first use)."""
+        scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
+        return cls(client, **scripts)
+
 
 class RedisTokenStore(RefreshTokenStore):
     """Refresh tokens in one Redis, shared by every worker of every host.
 
-    The client and its connection pool are created lazily in each process, so
-    nothing opened before gunicorn forks is used by a worker; the pool is
-    thread-safe. ``timeout`` bounds each reply and ``connect_timeout`` (default:
-    ``timeout``) each new connection. redis-py retries nothing here: a dead or
-    frozen Redis answers StoreUnavailableError within one timeout, not a multiple.
+    The client is app/redis_client.py's: created lazily in each process, each reply
+    bounded by ``timeout`` and each new connection by ``connect_timeout`` (default:
+    ``timeout``), nothing retried, so a dead or frozen Redis answers
+    StoreUnavailableError within one timeout, not a multiple.
     """
 
     remote = True
@@ -328,14 +112,14 @@ class RedisTokenStore(RefreshTokenStore):
         policy: RefreshTokenPolicy | None = None,
     ) -> None:
         super().__init__(policy)
-        options = parse_url(url)  # checked by Settings at start-up
         self.url = url
         self.timeout = timeout
         self.connect_timeout = timeout if connect_timeout is None else connect_timeout
-        # for messages and logs: never the password
-        where = options.get("path") or f"{options.get('host')}:{options.get('port', 6379)}"
-        self.location = f"{where} db {options.get('db', 0)}"
-        self._connection: _Connection | None = None
+        self._client = ProcessClient(
+            url, timeout, self.connect_timeout, _Connection.of, decode_responses=True
+        )
+        #: Where the store is, for messages and logs: never the password.
+        self.location = self._client.location
 
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
@@ -438,9 +222,7 @@ class RedisTokenStore(RefreshTokenStore):
             connection.client.ping()
 
     def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None and connection.pid == os.getpid():
-            connection.client.close()  # a parent's sockets are left to the parent
+        self._client.close()
 
     @classmethod
     def _run(
@@ -461,40 +243,10 @@ class RedisTokenStore(RefreshTokenStore):
         """Yield this process's connection; turn every Redis failure into one error."""
         try:
             yield self._open()
-        except (redis.RedisError, OSError) as error:
-            # ConnectionError, TimeoutError, BusyLoadingError, ReadOnlyError,
-            # OutOfMemoryError, ExecAbortError, NoPermissionError... all mean the
-            # store cannot answer now; the name of the class says which.
+        except REDIS_FAILURES as error:
             raise StoreUnavailableError(
-                f"Redis store {self.location}: {type(error).__name__}: {error}"
+                failure_message(f"Redis store {self.location}", error)
             ) from error
 
     def _open(self) -> _Connection:
-        connection = self._connection
-        if connection is not None and connection.pid == os.getpid():
-            return connection
-        # Two threads may both get here: each builds a client, one is kept, and
-        # the other is dropped unused (a client opens no socket until used).
-        client = redis.Redis.from_url(
-            self.url,
-            decode_responses=True,
-            socket_timeout=self.timeout,
-            socket_connect_timeout=self.connect_timeout,
-            retry=Retry(NoBackoff(), 0),
-            # RESP2: any Redis >= 2.6 speaks it, and redis-py then checks a pooled
-            # connection before reuse (after a Redis restart, say); with RESP3 its
-            # maintenance notifications turn that check off.
-            protocol=2,
-        )
-        connection = _Connection(
-            pid=os.getpid(),
-            client=client,
-            revoke=client.register_script(REVOKE_SCRIPT),
-            revoke_all=client.register_script(REVOKE_ALL_SCRIPT),
-            revoke_prefix=client.register_script(REVOKE_PREFIX_SCRIPT),
-            purge=client.register_script(PURGE_SCRIPT),
-            issue=client.register_script(ISSUE_SCRIPT),
-            rotate=client.register_script(ROTATE_SCRIPT),
-        )
-        self._connection = connection
-        return connection
+        return self._client.get()[1]

@@ -20,61 +20,7 @@ from app.store.base import (
     TokenRecord,
     token_digest,
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS refresh_tokens (
-    digest     TEXT PRIMARY KEY,
-    username   TEXT NOT NULL,
-    issued_at  INTEGER NOT NULL,
-    expires_at INTEGER,
-    family     TEXT,
-    generation INTEGER,
-    retired_at REAL,
-    parent     TEXT,
-    sequence   INTEGER
-) WITHOUT ROWID;
-"""
-#: Columns added since the first schema: ALTER TABLE adds each one a file lacks.
-#: ``expires_at``: NULL, valid until revoked. ``family``: the digest of the family's
-#: first token, NULL for a token never rotated (a family of its own); ``generation``:
-#: 0 for a login, +1 per rotation; ``retired_at``: when it was rotated, NULL while live;
-#: ``parent``: the digest of the token whose rotation made it, NULL for a login (and for a
-#: successor made before the column: a retry then finds no unused successor, and is reuse);
-#: ``sequence``: the order of issue, so that same-second tokens are told apart exactly,
-#: set under a per-user limit or a lifetime; NULL without either (SPEC.md's defaults'
-#: one INSERT, where nothing is evicted) and in older rows, which sort first in a second.
-ADDED_COLUMNS = {
-    "expires_at": "INTEGER",
-    "family": "TEXT",
-    "generation": "INTEGER",
-    "retired_at": "REAL",
-    "parent": "TEXT",
-    "sequence": "INTEGER",
-}
-#: Partial indexes: a token without expiry or family (SPEC.md's defaults) adds nothing.
-INDEXES = """
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_expiry
-    ON refresh_tokens (expires_at) WHERE expires_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_family
-    ON refresh_tokens (family, generation) WHERE family IS NOT NULL;
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_sequence
-    ON refresh_tokens (sequence) WHERE sequence IS NOT NULL;
-"""
-#: Signed tokens refused until they expire (a logged-out cookie token), by digest.
-DENIED_SCHEMA = """
-CREATE TABLE IF NOT EXISTS denied_tokens (
-    digest     TEXT PRIMARY KEY,
-    expires_at REAL NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS denied_tokens_by_expiry ON denied_tokens (expires_at);
-"""
-#: Only the per-user limit needs a user's tokens on every login: this index is made when
-#: the limit is set, and kept after (another process may have the limit set). Without
-#: it each login writes one page less (2.5% of a login's CPU, bench/paired.py), and
-#: ``flask tokens list`` and ``revoke-user`` scan the table (about 0.1 s per million).
-USERNAME_INDEX = (
-    "CREATE INDEX IF NOT EXISTS refresh_tokens_by_username ON refresh_tokens (username, issued_at)"
-)
+from app.store.sqlite_tables import create_schema, forget_live, purge, transaction
 
 
 class SQLiteTokenStore(RefreshTokenStore):
@@ -126,9 +72,9 @@ class SQLiteTokenStore(RefreshTokenStore):
             except sqlite3.Error as error:
                 raise self._unavailable(error) from error
             return
-        with self._connection(write=True) as connection, _transaction(connection):
+        with self._connection(write=True) as connection, transaction(connection):
             if policy.lifetime:
-                _purge(connection, now, PURGE_BATCH)
+                purge(connection, now, PURGE_BATCH)
             if policy.per_user:
                 live = connection.execute(
                     "SELECT digest, family FROM refresh_tokens"
@@ -138,7 +84,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                     (username, now),
                 ).fetchall()
                 for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
-                    _forget_live(connection, digest, family)
+                    forget_live(connection, digest, family)
             connection.execute(
                 "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence)"
                 " VALUES (?, ?, ?, ?, (SELECT coalesce(max(sequence), 0) + 1"
@@ -158,10 +104,10 @@ class SQLiteTokenStore(RefreshTokenStore):
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         policy, digest = self.policy, token_digest(token)
         # durable: a retired token or a family revoked on reuse must stay so
-        with self._connection(durable=True) as connection, _transaction(connection):
+        with self._connection(durable=True) as connection, transaction(connection):
             now = self.clock()  # read holding the write lock: times follow commit order
             if policy.lifetime:
-                _purge(connection, now, PURGE_BATCH)
+                purge(connection, now, PURGE_BATCH)
             row = connection.execute(
                 "SELECT username, family, generation, expires_at, retired_at"
                 " FROM refresh_tokens WHERE digest = ?",
@@ -234,7 +180,7 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
         with self._connection(write=True) as connection:
-            return _purge(connection, self.clock(), limit)
+            return purge(connection, self.clock(), limit)
 
     def tokens_of(self, username: str) -> list[TokenRecord]:
         with self._connection() as connection:
@@ -259,7 +205,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         )
 
     def _revoke_digest(self, prefix: str) -> int:
-        with self._connection(durable=True) as connection, _transaction(connection):
+        with self._connection(durable=True) as connection, transaction(connection):
             rows = connection.execute(
                 "SELECT digest, family FROM refresh_tokens"
                 " WHERE digest >= ? AND digest < ? AND retired_at IS NULL"
@@ -268,7 +214,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             ).fetchall()
             if len(rows) != 1:
                 return 0
-            _forget_live(connection, *rows[0])
+            forget_live(connection, *rows[0])
         return 1
 
     def deny(self, digest: str, until: float) -> None:
@@ -276,7 +222,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         if until <= now:
             return
         # durable, like a revoke: a logout that answered must not be undone
-        with self._connection(durable=True) as connection, _transaction(connection):
+        with self._connection(durable=True) as connection, transaction(connection):
             connection.execute(  # a bounded batch of expired entries, through the index
                 "DELETE FROM denied_tokens WHERE digest IN"
                 " (SELECT digest FROM denied_tokens WHERE expires_at <= ? LIMIT ?)",
@@ -348,53 +294,4 @@ class SQLiteTokenStore(RefreshTokenStore):
         )
 
     def _create_schema(self, connection: sqlite3.Connection) -> None:
-        connection.executescript(SCHEMA)
-        _migrate(connection)
-        connection.executescript(DENIED_SCHEMA)
-        if self.policy.per_user:
-            connection.execute(USERNAME_INDEX)
-
-
-@contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
-    """Run the block in one write transaction, taken at once: commit, or roll back on error."""
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    connection.execute("COMMIT")
-
-
-def _purge(connection: sqlite3.Connection, now: float, limit: int) -> int:
-    """Forget up to ``limit`` expired tokens, found through the expiry index."""
-    cursor = connection.execute(
-        "DELETE FROM refresh_tokens WHERE digest IN"
-        " (SELECT digest FROM refresh_tokens WHERE expires_at <= ? LIMIT ?)",
-        (now, limit),
-    )
-    return cursor.rowcount
-
-
-def _forget_live(connection: sqlite3.Connection, digest: str, family: str | None) -> None:
-    """Forget a live token, and with it its family's retired tokens."""
-    if family is None:
-        connection.execute("DELETE FROM refresh_tokens WHERE digest = ?", (digest,))
-    else:
-        connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
-
-
-def _migrate(connection: sqlite3.Connection) -> None:
-    """Add the columns and indexes that a file made by an older schema lacks."""
-    if _missing_columns(connection):
-        with _transaction(connection):  # one process alters; the others then find nothing
-            for column in _missing_columns(connection):
-                kind = ADDED_COLUMNS[column]
-                connection.execute(f"ALTER TABLE refresh_tokens ADD COLUMN {column} {kind}")
-    connection.executescript(INDEXES)
-
-
-def _missing_columns(connection: sqlite3.Connection) -> list[str]:
-    present = {row[1] for row in connection.execute("PRAGMA table_info(refresh_tokens)")}
-    return [column for column in ADDED_COLUMNS if column not in present]
+        create_schema(connection, username_index=bool(self.policy.per_user))

@@ -1,0 +1,25 @@
+"""Operator commands: ``flask tokens ...`` on the refresh-token store, for every backend,
+``flask keys ...`` on the signing keys, and ``flask users ...`` on the user directory.
+
+Tokens are shown by the first hex digits of their SHA-256 digest and their issue
+time, never in clear: the store does not hold them in clear either. Keys are shown
+by their kid, never a secret or a private key. Passwords are read from standard
+input or a hidden prompt, never from the command line, and never shown.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from app.cli.keys import keys
+from app.cli.tokens import tokens
+from app.cli.users import users
+
+__all__ = ["register_commands"]
+
+
+def register_commands(app: Flask) -> None:
+    """Add the operator commands to ``app``'s CLI."""
+    app.cli.add_command(tokens)
+    app.cli.add_command(keys)
+    app.cli.add_command(users)

@@ -1,0 +1,33 @@
+-- ARGV[4..11]: digest, username, now, issued_at, expires_at ('' for none), the
+-- per-user limit (0 for none), the purge batch, now in microseconds. Issues under a
+-- lifetime or a limit.
+local digest, username, now, issued_at = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local expires_at, per_user = ARGV[8], tonumber(ARGV[9])
+purge(ARGV[6], tonumber(ARGV[10]))
+local user_key = user_prefix .. username
+if per_user > 0 then
+    local live = {}
+    for _, member in ipairs(redis.call('ZRANGE', user_key, 0, -1)) do  -- oldest first
+        local record = redis.call('HMGET', token_prefix .. member, 'username', 'expires_at')
+        if not record[1] then
+            unindex(member, username)
+        elseif record[2] and tonumber(record[2]) <= now then
+            forget(member)
+        else
+            table.insert(live, member)
+        end
+    end
+    for index = 1, #live - per_user + 1 do
+        forget(live[index])
+    end
+end
+local token_key = token_prefix .. digest
+redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at)
+redis.call('ZADD', user_key, next_score(user_key, ARGV[11]), digest)
+redis.call('ZADD', digests_key, 0, digest)
+if expires_at ~= '' then
+    redis.call('HSET', token_key, 'expires_at', expires_at)
+    redis.call('ZADD', expiring_key, expires_at, digest .. username)
+    redis.call('PEXPIRE', token_key, milliseconds_until(expires_at, now))
+end
+return 1

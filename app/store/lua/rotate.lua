@@ -1,0 +1,82 @@
+-- ARGV[4..13]: digest, successor's digest, username, now, issued_at, lifetime ('' for
+-- none), grace, generations kept, purge batch, now in microseconds. Returns {outcome,
+-- family}.
+local digest, successor, username = ARGV[4], ARGV[5], ARGV[6]
+local now, issued_at, lifetime = tonumber(ARGV[7]), ARGV[8], ARGV[9]
+if lifetime ~= '' then
+    purge(ARGV[7], tonumber(ARGV[12]))
+end
+local token_key = token_prefix .. digest
+local record = redis.call('HMGET', token_key, 'username', 'family', 'generation', 'expires_at',
+                          'retired_at')
+local owner, family, generation, expires_at = record[1], record[2], record[3], record[4]
+if not owner or (expires_at and now >= tonumber(expires_at)) then
+    return {'unknown', ''}
+end
+if owner ~= username then
+    return {'other_user', ''}
+end
+family = family or digest
+generation = tonumber(generation or '0')
+local family_key, user_key = family_prefix .. family, user_prefix .. username
+local function retire(member)
+    redis.call('HSET', token_prefix .. member, 'retired_at', ARGV[7])
+    redis.call('ZREM', digests_key, member)
+    redis.call('ZREM', user_key, member)
+end
+local outcome = 'rotated'
+if record[5] then
+    local unused = nil
+    local grace = tonumber(ARGV[10])
+    -- no grace, no retry: a clock read a moment before another rotation is no excuse
+    if grace > 0 and now < tonumber(record[5]) + grace then
+        -- this token's own successor, if nothing rotated or replaced it yet: a sibling's
+        -- successor (another retry's, rotated since) is not its to retry; a successor
+        -- made before ``parent`` was recorded has none, so its retry is reuse
+        for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, generation + 1,
+                                           generation + 1)) do
+            local state = redis.call('HMGET', token_prefix .. member, 'username', 'retired_at',
+                                     'parent')
+            if state[1] and not state[2] and state[3] == digest then
+                unused = member
+            end
+        end
+    end
+    if not unused then
+        forget_family(family, username)
+        return {'reused', family}
+    end
+    outcome = 'retried'
+    retire(unused)  -- retired, not forgotten: whoever presents it later revokes the family
+else
+    redis.call('HSET', token_key, 'family', family, 'generation', generation)
+    retire(digest)
+    redis.call('ZADD', family_key, generation, digest)
+end
+if not expires_at and lifetime ~= '' then  -- a family older than the setting
+    expires_at = tonumber(issued_at) + tonumber(lifetime)
+    for _, member in ipairs(redis.call('ZRANGE', family_key, 0, -1)) do
+        redis.call('HSET', token_prefix .. member, 'expires_at', expires_at)
+        redis.call('ZADD', expiring_key, expires_at, member .. username)
+        redis.call('PEXPIRE', token_prefix .. member, milliseconds_until(expires_at, now))
+    end
+end
+local successor_key = token_prefix .. successor
+redis.call('HSET', successor_key, 'username', username, 'issued_at', issued_at,
+           'family', family, 'generation', generation + 1, 'parent', digest)
+redis.call('ZADD', user_key, next_score(user_key, ARGV[13]), successor)
+redis.call('ZADD', digests_key, 0, successor)
+redis.call('ZADD', family_key, generation + 1, successor)
+if expires_at then
+    redis.call('HSET', successor_key, 'expires_at', expires_at)
+    redis.call('ZADD', expiring_key, expires_at, successor .. username)
+    redis.call('PEXPIRE', successor_key, milliseconds_until(expires_at, now))
+    redis.call('PEXPIRE', family_key, milliseconds_until(expires_at, now))
+end
+local cutoff = '(' .. (generation + 1 - tonumber(ARGV[11]))
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, '-inf', cutoff)) do
+    redis.call('DEL', token_prefix .. member)
+    unindex(member, username)
+end
+redis.call('ZREMRANGEBYSCORE', family_key, '-inf', cutoff)
+return {outcome, family}
