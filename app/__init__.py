@@ -12,7 +12,7 @@ from flask import Flask
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
-from app.metrics import init_metrics
+from app.metrics import init_metrics, metrics_of
 from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
@@ -58,6 +58,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)
+    init_metrics(app, settings)
     wrap_request_path(app, settings)
     return app
 
@@ -78,7 +79,7 @@ def configure(app: Flask, settings: Settings) -> None:
 
 def wrap_request_path(app: Flask, settings: Settings) -> None:
     """Wrap the app in the request log (which feeds the metrics), then in the proxy headers."""
-    metrics = init_metrics(app, settings.metrics)
+    metrics = metrics_of(app)
     # inside app.proxy: the request log shows the client address the app sees
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
