@@ -16,14 +16,11 @@ from app.metrics import init_metrics, metrics_of
 from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
+from app.security_headers import init_security_headers
 from app.store import init_store
 from app.third_party_login import init_app as init_third_party_login
 from app.users import init_user_directory
 from app.views import register_blueprints
-
-#: Headers every answer carries, errors, redirects and 204s included.
-SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"),)
-
 
 class Service(Flask):
     """Flask, checking each view and hook for ``async`` once instead of on every request.
@@ -59,6 +56,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     register_error_handlers(app)
     register_commands(app)
     init_metrics(app, settings)
+    init_security_headers(app)
     wrap_request_path(app, settings)
     return app
 
@@ -85,7 +83,6 @@ def wrap_request_path(app: Flask, settings: Settings) -> None:
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,
         text=settings.log_format == "text",
-        headers=SECURITY_HEADERS,
         observe=metrics.observe if metrics is not None else None,
     )
     app.wsgi_app = wrap_forwarded_headers(  # type: ignore[method-assign,assignment]
