@@ -18,7 +18,7 @@ from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
 from app.security_headers import init_security_headers
 from app.store import init_store
-from app.third_party_login import init_app as init_third_party_login
+from app.third_party_login import init_third_party_login
 from app.users import init_user_directory
 from app.views import register_blueprints
 
