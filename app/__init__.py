@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from types import FunctionType
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
@@ -22,31 +21,11 @@ from app.third_party_login import init_third_party_login
 from app.users import init_user_directory
 from app.views import register_blueprints
 
-class Service(Flask):
-    """Flask, checking each view and hook for ``async`` once instead of on every request.
-
-    Flask asks ``inspect.iscoroutinefunction`` of the view and of every hook that runs,
-    on each request (about 1.5 µs each); a function's answer never changes, so it is
-    kept. ``ensure_sync`` is the method Flask documents for overriding.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sync_functions: dict[Callable[..., Any], Callable[..., Any]] = {}
-
-    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        sync = self._sync_functions.get(func)
-        if sync is None:
-            sync = super().ensure_sync(func)
-            if type(func) is FunctionType:  # registered once; not a bound method made per call
-                self._sync_functions[func] = sync
-        return sync
-
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the service from the environment, with optional overrides for tests."""
     settings = Settings.load(overrides)  # raises ConfigError on a bad value
-    app = Service(__name__, instance_path=settings.instance_path)
+    app = Flask(__name__, instance_path=settings.instance_path)
     configure(app, settings)
     init_store(app, settings)
     init_rate_limit(app, settings)
