@@ -1,7 +1,7 @@
 """Third-party login: the OpenID Connect authorization-code flow, with PKCE, state and nonce.
 
 ``init_third_party_login`` sets the flow up only when a provider is configured: a
-service without one never imports Authlib, requests and joserfc (about 100 ms in
+service without one never imports Authlib, requests and joserfc (slow to import, in
 every process) and keeps no login-state cookie. The routes are
 ``app/views/oauth.py``; they reach the flow through ``login_flow()``.
 """
