@@ -15,9 +15,9 @@ What is counted comes from the request log's notes (app/request_log.py): the
 route rule (never the raw path), the status, the duration, why a request was
 refused, which token event it was. Nothing else on the request path touches it.
 
-A request only adds to plain counts in the process; they reach prometheus_client
-every FLUSH_SECONDS, from a thread of each worker, and before each scrape and at
-exit, so the request path never writes to the shared files. A scrape may so miss up
+A request only adds to plain counts in the process, and its duration to a list;
+they reach prometheus_client every FLUSH_SECONDS, from a thread of each worker, and
+before each scrape and at exit, so the request path never writes to the shared files. A scrape may so miss up
 to FLUSH_SECONDS of another worker's requests, and a worker killed with -9 loses
 its last FLUSH_SECONDS of counts.
 
