@@ -14,7 +14,7 @@ from typing import Any
 
 from app.config import ConfigError, Settings
 from app.logging_config import ServiceGunicornLogger, logging_config
-from app.metrics import fresh_multiprocess_folder
+from app.metrics_scrape import fresh_multiprocess_folder
 
 try:
     settings = Settings.load()

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from types import FunctionType
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
@@ -12,44 +11,21 @@ from flask import Flask
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
-from app.metrics import init_metrics
+from app.metrics import init_metrics, metrics_of
 from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
+from app.security_headers import init_security_headers
 from app.store import init_store
-from app.third_party_login import init_app as init_third_party_login
+from app.third_party_login import init_third_party_login
 from app.users import init_user_directory
 from app.views import register_blueprints
-
-#: Headers every answer carries, errors, redirects and 204s included.
-SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"),)
-
-
-class Service(Flask):
-    """Flask, checking each view and hook for ``async`` once instead of on every request.
-
-    Flask asks ``inspect.iscoroutinefunction`` of the view and of every hook that runs,
-    on each request (about 1.5 µs each); a function's answer never changes, so it is
-    kept. ``ensure_sync`` is the method Flask documents for overriding.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sync_functions: dict[Callable[..., Any], Callable[..., Any]] = {}
-
-    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        sync = self._sync_functions.get(func)
-        if sync is None:
-            sync = super().ensure_sync(func)
-            if type(func) is FunctionType:  # registered once; not a bound method made per call
-                self._sync_functions[func] = sync
-        return sync
 
 
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the service from the environment, with optional overrides for tests."""
     settings = Settings.load(overrides)  # raises ConfigError on a bad value
-    app = Service(__name__, instance_path=settings.instance_path)
+    app = Flask(__name__, instance_path=settings.instance_path)
     configure(app, settings)
     init_store(app, settings)
     init_rate_limit(app, settings)
@@ -58,6 +34,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)
+    init_metrics(app, settings)
+    init_security_headers(app)
     wrap_request_path(app, settings)
     return app
 
@@ -78,13 +56,12 @@ def configure(app: Flask, settings: Settings) -> None:
 
 def wrap_request_path(app: Flask, settings: Settings) -> None:
     """Wrap the app in the request log (which feeds the metrics), then in the proxy headers."""
-    metrics = init_metrics(app, settings.metrics)
+    metrics = metrics_of(app)
     # inside app.proxy: the request log shows the client address the app sees
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,
         text=settings.log_format == "text",
-        headers=SECURITY_HEADERS,
         observe=metrics.observe if metrics is not None else None,
     )
     app.wsgi_app = wrap_forwarded_headers(  # type: ignore[method-assign,assignment]

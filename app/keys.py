@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
-import orjson
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
-from jwt.algorithms import Algorithm, HMACAlgorithm, get_default_algorithms
+from jwt.algorithms import Algorithm, get_default_algorithms
 from jwt.utils import base64url_decode
 
 from app.json_text import unique_keys
+from app.private_apis import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 
 HS256 = "HS256"
 EDDSA = "EdDSA"
@@ -56,22 +56,6 @@ THUMBPRINT_MEMBERS = {"OKP": ("crv", "kty", "x"), "EC": ("crv", "kty", "x", "y")
 
 class KeyFileError(ValueError):
     """A signing key or secret cannot be used; the message is one line for operators."""
-
-
-class _CheckedSecret(HMACAlgorithm):
-    """HS256 bound to one secret, which passed PyJWT's key checks once, when it was loaded.
-
-    PyJWT checks an HMAC key on every call (that it is not a PEM, DER or JWK key,
-    some 20 µs); only this very secret object skips them here, and any other key
-    still goes through all of them.
-    """
-
-    def __init__(self, secret: bytes) -> None:
-        super().__init__(HMACAlgorithm.SHA256)
-        self.secret = super().prepare_key(secret)
-
-    def prepare_key(self, key: str | bytes) -> bytes:
-        return key if key is self.secret else super().prepare_key(key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,24 +82,17 @@ class SigningKey:
     @functools.cached_property
     def header(self) -> str:
         """Return the header segment of every token this key signs, as it is written."""
-        return _header_segment(self.algorithm, self.kid)
+        return jws_header_segment(self.algorithm, self.kid)
 
     def sign(self, claims: dict[str, Any]) -> str:
         """Return a JWT of ``claims`` signed with this key, its kid in the header.
 
-        The token is what ``jwt.encode(claims, key, algorithm, {"kid": kid})`` writes
-        (PyJWS's header: sorted keys, compact JSON), signed by PyJWT's own algorithm;
-        only the header, the same for every token, is made once instead of each time.
+        The token is what ``jwt.encode(claims, key, algorithm, {"kid": kid})`` writes,
+        its header made once (app/private_apis.py).
         """
         if self.signer is None:
             raise RuntimeError(f"the key {self.kid} is a public key: it cannot sign")
-        try:
-            payload = orjson.dumps(claims)  # compact JSON, like jwt.encode's, UTF-8 unescaped
-        except TypeError:  # a lone surrogate (in a provider's user id): JSON's \u escape
-            payload = json.dumps(claims, separators=(",", ":")).encode()
-        signing_input = f"{self.header}.{_base64url(payload)}"
-        signature = self.signer.sign(signing_input.encode("ascii"), self.signing_key)
-        return f"{signing_input}.{_base64url(signature)}"
+        return compact_jws(self.header, claims, self.signer, self.signing_key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,7 +117,7 @@ class KeyRing:
         for key in (self.current, *self.previous):
             by_kid.setdefault(key.kid, key)  # a key listed twice is one key
         by_header = {key.header: key for key in by_kid.values()}
-        by_header[_header_segment(self.current.algorithm)] = self.current  # no kid
+        by_header[jws_header_segment(self.current.algorithm)] = self.current  # no kid
         jwks = None
         if self.current.public_jwk is not None:
             jwks = {"keys": [key.public_jwk for key in by_kid.values() if key.public_jwk]}
@@ -211,21 +188,16 @@ def load_key_ring(
 def secret_key(secret: str, source: str) -> SigningKey:
     """Return the HS256 key of ``secret``; its kid is derived so that it reveals nothing."""
     try:
-        algorithm = _CheckedSecret(secret.encode())
+        algorithm = CheckedSecret(secret.encode())
     except jwt.InvalidKeyError:
         raise KeyFileError(
             f"{source} looks like a PEM, DER or JSON key; an HS256 secret is random text"
         ) from None
-    verifier = jwt.PyJWK({"kty": "oct", "k": _base64url(algorithm.secret)}, HS256)
-    # PyJWT verifies a PyJWK with the PyJWK's own algorithm object: this one has the
-    # secret checked already. The algorithm stays pinned to HS256 by the PyJWK itself.
-    verifier.Algorithm = algorithm
-    verifier.key = algorithm.secret
     return SigningKey(
         kid=secret_kid(algorithm.secret),
         algorithm=HS256,
         source=source,
-        verifier=verifier,
+        verifier=hs256_verifier(algorithm),
         signer=algorithm,
         signing_key=algorithm.secret,
     )
@@ -394,14 +366,6 @@ def _kind_of(key: Any) -> str:
     if isinstance(key, ed448.Ed448PrivateKey | ed448.Ed448PublicKey):
         return f"an Ed448 {half} key"
     return f"a {type(key).__name__.removeprefix('_')}"
-
-
-def _header_segment(algorithm: str, kid: str | None = None) -> str:
-    # As PyJWS writes it: sorted keys, compact JSON, base64url without padding.
-    header = {"alg": algorithm, "kid": kid, "typ": "JWT"}
-    if kid is None:
-        del header["kid"]
-    return _base64url(json.dumps(header, separators=(",", ":"), sort_keys=True).encode())
 
 
 def _base64url(data: bytes) -> str:

@@ -15,37 +15,32 @@ What is counted comes from the request log's notes (app/request_log.py): the
 route rule (never the raw path), the status, the duration, why a request was
 refused, which token event it was. Nothing else on the request path touches it.
 
-A request only adds to plain counts in the process (about 1 µs); they reach
-prometheus_client every FLUSH_SECONDS, from a thread of each worker, and before
-each scrape and at exit. Writing each request through to the shared files would
-cost about 3 µs per value, three values a request. A scrape may so miss up to
-FLUSH_SECONDS of another worker's requests, and a worker killed with -9 loses
+A request only adds to plain counts in the process, and its duration to a list;
+they reach prometheus_client every FLUSH_SECONDS, from a thread of each worker, and
+before each scrape and at exit, so the request path never writes to the shared files. A scrape may so miss up
+to FLUSH_SECONDS of another worker's requests, and a worker killed with -9 loses
 its last FLUSH_SECONDS of counts.
+
+The ``/metrics`` answer and the multiprocess folder are app/metrics_scrape.py.
 """
 
 from __future__ import annotations
 
 import atexit
-import bisect
-import ipaddress
 import logging
-import os
-import shutil
 import threading
 import time
 from typing import Any
 
-from flask import Flask, Request, Response, current_app
+from flask import Flask, Request
 from werkzeug.routing import Rule
 
-from app.config import IPNetwork
+from app.config import Settings
 from app.events import AUTH_FAILURE_REASONS, Event
 
 EXTENSION_KEY = "metrics"
 #: The environ key under which the route rule of a request waits for the metrics.
 RULE_KEY = "token_service.rule"
-#: Folder of the per-process files, below the instance folder; one subfolder per master.
-MULTIPROCESS_FOLDER = "metrics"
 #: Seconds; the service answers most requests within a few milliseconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 #: Methods counted by name; any other is ``other``, so a client cannot mint label values.
@@ -75,8 +70,6 @@ TOKEN_EVENT_OF: dict[str, str | None] = {
 TOO_MANY_REQUESTS = 429
 #: Seconds between two flushes of a worker's counts into the shared files.
 FLUSH_SECONDS = 1.0
-#: Prometheus's classic text format, which every Prometheus version reads.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
@@ -151,17 +144,15 @@ class Metrics:
         method = environ["REQUEST_METHOD"]
         if method not in KNOWN_METHODS:
             method = "other"
-        # a bucket's bound is inclusive: the first bound >= seconds
-        bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)
         with self._lock:
             pending = self._pending
             key = (endpoint, method, status)
             pending.requests[key] = pending.requests.get(key, 0) + 1
-            latency = pending.latency.get(endpoint)
-            if latency is None:
-                latency = pending.latency[endpoint] = [0.0] + [0] * (len(LATENCY_BUCKETS) + 1)
-            latency[0] += seconds
-            latency[bucket + 1] += 1
+            durations = pending.latency.get(endpoint)
+            if durations is None:
+                pending.latency[endpoint] = [seconds]
+            else:
+                durations.append(seconds)
             if notes:
                 reason = notes.get("reason")
                 if reason is not None and status in (401, 403):  # not a 429's reason
@@ -184,14 +175,10 @@ class Metrics:
             pending, self._pending = self._pending, _Pending()
         for (endpoint, method, status), count in pending.requests.items():
             self._child(self.requests, endpoint, method, str(status)).inc(count)
-        for endpoint, (total, *buckets) in pending.latency.items():
+        for endpoint, durations in pending.latency.items():
             histogram = self._child(self.latency, endpoint)
-            # Histogram.observe() one value at a time would write each one through;
-            # these are the two values it updates, the sum and the value's bucket.
-            histogram._sum.inc(total)
-            for index, hits in enumerate(buckets):
-                if hits:
-                    histogram._buckets[index].inc(hits)
+            for seconds in durations:
+                histogram.observe(seconds)
         for reason, count in pending.auth_failures.items():
             self._child(self.auth_failures, reason).inc(count)
         for event, count in pending.tokens.items():
@@ -244,7 +231,7 @@ class _Pending:
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, int], int] = {}
-        #: endpoint -> [sum of seconds, count per bucket..., count above the last bucket]
+        #: endpoint -> the durations of its requests, in seconds (one second's worth)
         self.latency: dict[str, list[float]] = {}
         self.auth_failures: dict[str, int] = {}
         self.tokens: dict[str, int] = {}
@@ -253,13 +240,22 @@ class _Pending:
         self.rate_limit_errors = 0
 
 
-def init_metrics(app: Flask, enabled: bool) -> Metrics | None:
-    """Attach the metrics to ``app`` (None when METRICS is off); note each request's rule."""
-    if not enabled:
+def init_metrics(app: Flask, settings: Settings) -> None:
+    """Attach the metrics to ``app`` when METRICS is on, and have each request keep its rule.
+
+    ``app.request_class`` becomes ``RuleInEnvironRequest``: the one change to Flask's
+    request that the metrics make. With METRICS off nothing changes.
+    """
+    if not settings.metrics:
         app.extensions[EXTENSION_KEY] = None
-        return None
-    metrics = app.extensions[EXTENSION_KEY] = Metrics()
+        return
+    app.extensions[EXTENSION_KEY] = Metrics()
     app.request_class = RuleInEnvironRequest
+
+
+def metrics_of(app: Flask) -> Metrics | None:
+    """Return the metrics of ``app``, or None when METRICS is off."""
+    metrics: Metrics | None = app.extensions.get(EXTENSION_KEY)
     return metrics
 
 
@@ -275,55 +271,3 @@ class RuleInEnvironRequest(Request):
     @url_rule.setter
     def url_rule(self, rule: Rule | None) -> None:
         self.environ[RULE_KEY] = rule
-
-
-def metrics_response(address: str | None, allowed: tuple[IPNetwork, ...]) -> Response | None:
-    """Return the ``/metrics`` answer for a client at ``address``, or None when metrics are
-    off or ``address`` is outside ``allowed`` (METRICS_ALLOW)."""
-    metrics: Metrics | None = current_app.extensions.get(EXTENSION_KEY)
-    if metrics is None or not address_allowed(address, allowed):
-        return None
-    return Response(metrics.exposition(), 200, [("Content-Type", CONTENT_TYPE)])
-
-
-def address_allowed(address: str | None, allowed: tuple[IPNetwork, ...]) -> bool:
-    """Return whether ``address`` (an IP address, as the app sees the client) is in ``allowed``.
-
-    ``::ffff:a.b.c.d`` (IPv4 on a dual-stack socket) is ``a.b.c.d``; anything that is not
-    an IP address is in no network.
-    """
-    try:
-        ip = ipaddress.ip_address(address or "")
-    except ValueError:
-        return False
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return any(ip in network for network in allowed)
-
-
-def fresh_multiprocess_folder(instance_path: str) -> str:
-    """Create this gunicorn master's empty folder of per-worker metric files; return it.
-
-    One subfolder per master (named by its pid), so that servers sharing an
-    instance folder never count into each other's files. Folders left by masters
-    that are gone (killed with -9, say) are removed on the way.
-    """
-    root = os.path.join(instance_path, MULTIPROCESS_FOLDER)
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    for name in os.listdir(root):
-        if name.isdigit() and not _is_running(int(name)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-    folder = os.path.join(root, str(os.getpid()))
-    shutil.rmtree(folder, ignore_errors=True)  # a master long gone that had this pid
-    os.mkdir(folder, 0o700)
-    return folder
-
-
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True

@@ -71,11 +71,7 @@ def request_id(environ: dict[str, Any]) -> str:
 
 
 class RequestLog:
-    """WSGI middleware writing the request log; ``text`` picks the human-readable format.
-
-    It also adds ``headers`` to every answer: here they cost one list extend, and no
-    answer of the app can miss them (errors, 404 and 405, redirects, 204s).
-    """
+    """WSGI middleware writing the request log; ``text`` picks the human-readable format."""
 
     def __init__(
         self,
@@ -83,12 +79,10 @@ class RequestLog:
         *,
         text: bool = False,
         fd: int = 1,
-        headers: Iterable[tuple[str, str]] = (),
         observe: Observer | None = None,
     ) -> None:
         self.app = app
         self.fd = fd
-        self.headers = tuple(headers)
         #: Called with (environ, status, seconds, notes) after each line: the metrics
         self.observe = observe
         self.render = self._text_line if text else self._json_line
@@ -104,7 +98,6 @@ class RequestLog:
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append(("X-Request-ID", rid))
-            headers.extend(self.headers)
             answer[:] = (status, headers)
             return start_response(status, headers, exc_info)
 

@@ -14,11 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from flask import Request
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.exceptions import TooManyRequests
 
-from app.metrics import CONTENT_TYPE, FLUSH_SECONDS
+from app.metrics import FLUSH_SECONDS, RuleInEnvironRequest, metrics_of
+from app.metrics_scrape import CONTENT_TYPE
 from tests.conftest import ROOT, bearer, fresh, login, make_token, valid_claims, wait_until
 
 REVOKE_RULE = "/token/<any_text:refresh_token>"
@@ -69,6 +71,29 @@ def test_metrics_off_is_a_404(make_app):
     response = client.get("/metrics")
     assert response.status_code == 404
     assert response.get_json() == {"message": "not found"}
+
+
+def test_only_metrics_on_changes_flasks_request_class(make_app):
+    assert make_app(METRICS="on").request_class is RuleInEnvironRequest
+    assert make_app(METRICS="off").request_class is Request
+
+
+def test_the_latency_histogram_adds_up_to_the_durations_observed(app):
+    metrics = metrics_of(app)
+    environ = {"REQUEST_METHOD": "GET"}
+    for seconds in (0.0004, 0.001, 0.001, 0.3, 9.0):
+        metrics.observe(environ, 200, seconds, {})
+    samples = parse(metrics.exposition().decode())
+    labels = {"endpoint": "unmatched"}
+    name = "token_service_http_request_duration_seconds"
+    assert value(samples, f"{name}_count", **labels) == 5
+    assert value(samples, f"{name}_sum", **labels) == pytest.approx(9.3024)
+    assert value(samples, f"{name}_bucket", le="0.0005", **labels) == 1
+    assert value(samples, f"{name}_bucket", le="0.001", **labels) == 3  # a bound is inclusive
+    assert value(samples, f"{name}_bucket", le="0.25", **labels) == 3
+    assert value(samples, f"{name}_bucket", le="0.5", **labels) == 4
+    assert value(samples, f"{name}_bucket", le="2.5", **labels) == 4
+    assert value(samples, f"{name}_bucket", le="+Inf", **labels) == 5
 
 
 @pytest.mark.parametrize("value_", ["0", "false", "no", "off", "OFF"])
@@ -190,7 +215,8 @@ def test_requests_refused_by_a_rate_limit_are_counted(app):
 def test_importing_the_app_leaves_prometheus_client_unimported():
     # prometheus_client picks its multiprocess mode when first imported: gunicorn's master
     # imports the app package (for the settings) before it sets PROMETHEUS_MULTIPROC_DIR
-    code = "import sys, app.config, app.metrics; print('prometheus_client' in sys.modules)"
+    modules = "app.config, app.metrics, app.metrics_scrape"
+    code = f"import sys, {modules}; print('prometheus_client' in sys.modules)"
     env = {"PATH": os.environ["PATH"], "INSTANCE_PATH": os.environ["INSTANCE_PATH"]}
     result = subprocess.run(
         [sys.executable, "-c", code],

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
 
 import pytest
+from flask.sessions import SecureCookieSessionInterface
 
 from app.config import ConfigError, Settings
+from app.third_party_login.login_state import LOGIN_STATE_COOKIE, LoginStateSessionInterface
 from tests.conftest import ROOT
 
 PROVIDER = {
@@ -101,6 +104,33 @@ def test_login_libraries_are_imported_only_when_a_provider_is_configured(
         check=True,
     )
     assert process.stdout.strip() == imported
+
+
+def test_the_login_state_cookie_is_set_up_only_with_a_provider(make_app, signing_secret):
+    plain = make_app()
+    assert type(plain.session_interface) is SecureCookieSessionInterface  # Flask's own
+    assert plain.config["SECRET_KEY"] is None
+    assert plain.config["SESSION_COOKIE_NAME"] == "session"
+    with_provider = make_app(**PROVIDER)
+    assert isinstance(with_provider.session_interface, LoginStateSessionInterface)
+    assert with_provider.config["SESSION_COOKIE_NAME"] == LOGIN_STATE_COOKIE
+    assert with_provider.config["SESSION_COOKIE_HTTPONLY"] is True
+    assert with_provider.config["SESSION_COOKIE_SAMESITE"] == "Lax"
+    assert with_provider.config["SECRET_KEY"] not in (None, "", signing_secret)
+
+
+def test_the_login_modules_never_import_their_own_package():
+    """The package's __init__ imports the flow: the flow importing it back is a cycle."""
+    package = ROOT / "app" / "third_party_login"
+    for path in package.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "app.third_party_login", path.name
+            elif isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+                assert "app.third_party_login" not in names, path.name
 
 
 @pytest.mark.parametrize("providers", [{}, PROVIDER], ids=["no provider", "another provider"])

@@ -1,9 +1,9 @@
 """Third-party login: the OpenID Connect authorization-code flow, with PKCE, state and nonce.
 
-``init_app`` sets the flow up only when a provider is configured: a service
-without one never imports Authlib, requests and joserfc (about 100 ms in every
-process) and keeps no login-state cookie. The routes are ``app/views/oauth.py``;
-they reach the flow through ``login_flow()``.
+``init_third_party_login`` sets the flow up only when a provider is configured: a
+service without one never imports Authlib, requests and joserfc (slow to import, in
+every process) and keeps no login-state cookie. The routes are
+``app/views/oauth.py``; they reach the flow through ``login_flow()``.
 """
 
 from __future__ import annotations
@@ -13,22 +13,28 @@ from typing import TYPE_CHECKING
 from flask import Flask, current_app
 
 from app.config import Settings
+from app.third_party_login.login_state import ROUTE_PREFIX, init_login_state
 
 if TYPE_CHECKING:
     from app.third_party_login.flow import LoginFlow
 
-#: Path prefix of the login routes; the login-state cookie is read under it only.
-ROUTE_PREFIX = "/auth"
+__all__ = ["ROUTE_PREFIX", "init_third_party_login", "login_flow"]
+
 EXTENSION = "third_party_login"
 
 
-def init_app(app: Flask, settings: Settings) -> None:
-    """Set up the login flow of the configured providers; with none, do nothing at all."""
+def init_third_party_login(app: Flask, settings: Settings) -> None:
+    """Set up the login-state cookie and the flow of the configured providers.
+
+    With no provider, do nothing at all: Flask's session stays as Flask made it.
+    """
     if not settings.identity_providers:
         return
-    from app.third_party_login.flow import LoginFlow  # Authlib, requests, joserfc
+    init_login_state(app, settings)
+    # imported here, not at the top: Authlib, requests and joserfc only with a provider
+    from app.third_party_login.flow import LoginFlow
 
-    app.extensions[EXTENSION] = LoginFlow(app, settings)
+    app.extensions[EXTENSION] = LoginFlow(settings)
 
 
 def login_flow() -> LoginFlow | None:

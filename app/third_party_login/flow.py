@@ -1,29 +1,24 @@
 """The two legs of a login: to the provider, and back with a code for the user it names.
 
-State, nonce and PKCE verifier ride in Flask's signed session cookie (the
-login-state cookie) for the few seconds of the round trip, so any worker or
-host can finish a login.
+State, nonce and PKCE verifier ride in the login-state cookie
+(``login_state.py``) for the few seconds of the round trip, so any worker or host
+can finish a login.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Any
 
 import requests
 from authlib.common.errors import AuthlibBaseError
-from flask import Flask, Request, current_app, request, session
-from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
+from flask import current_app, request, session
 from joserfc.errors import JoseError
 from werkzeug.exceptions import BadRequest
 
 from app.config import Settings
-from app.third_party_login import ROUTE_PREFIX
+from app.private_apis import forget_old_pending_logins, pending_login_key
 from app.third_party_login.provider import ProviderClient, provider_unreachable
 
-#: Cookie holding state, nonce and PKCE verifier during the round trip.
-LOGIN_STATE_COOKIE = "login_state"
 #: Logins started and not finished that the cookie remembers; older ones are dropped, so
 #: the cookie never outgrows a browser's 4 KB (each pending login costs ~180 bytes).
 MAX_PENDING_LOGINS = 3
@@ -36,34 +31,10 @@ MAX_USER_FIELD_LENGTH = 256
 SHOWN_NAME_CLAIMS = ("name", "preferred_username")
 
 
-class LoginStateSessionInterface(SecureCookieSessionInterface):
-    """Flask's signed-cookie session, opened on the third-party login routes only.
-
-    Every other endpoint is session-less, and skips the cost of building a
-    signing serializer for a cookie it would never read.
-    """
-
-    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
-        # Flask opens the session before it routes the request: go by the path.
-        if not request.path.startswith(f"{ROUTE_PREFIX}/"):
-            return self.make_null_session(app)
-        return super().open_session(app, request)
-
-
 class LoginFlow:
     """The configured providers' clients, and the login on them."""
 
-    def __init__(self, app: Flask, settings: Settings) -> None:
-        secret = settings.signing_secret
-        app.config.update(
-            # a key of its own, derived so that it never equals the token key
-            SECRET_KEY=hmac.new(secret.encode(), b"login-state", hashlib.sha256).hexdigest(),
-            SESSION_COOKIE_NAME=LOGIN_STATE_COOKIE,
-            SESSION_COOKIE_HTTPONLY=True,
-            SESSION_COOKIE_SAMESITE="Lax",
-            SESSION_COOKIE_SECURE=settings.auth_cookie_secure,
-        )
-        app.session_interface = LoginStateSessionInterface()
+    def __init__(self, settings: Settings) -> None:
         self.clients = {
             provider.name: ProviderClient(provider) for provider in settings.identity_providers
         }
@@ -72,7 +43,7 @@ class LoginFlow:
         """Remember a new login in the login-state cookie; return the provider URL to visit."""
         client = self.clients[provider]
         login = client.create_authorization_url(callback_url)  # 502 if discovery fails
-        _forget_old_pending_logins()
+        forget_old_pending_logins(session, keep=MAX_PENDING_LOGINS - 1)  # and this one
         client.save_authorize_data(redirect_uri=callback_url, **login)
         return str(login["url"])
 
@@ -95,7 +66,7 @@ class LoginFlow:
         except requests.RequestException as error:
             raise provider_unreachable(provider, error) from None
         except (AuthlibBaseError, JoseError, ValueError, KeyError, TypeError) as error:
-            session.pop(f"_state_{provider}_{request.args.get('state')}", None)
+            session.pop(pending_login_key(provider, request.args.get("state")), None)
             raise _login_failed(provider, _reason(error), error) from None
         id_claims = token.get("userinfo") or {}
         subject = id_claims.get("sub")
@@ -129,15 +100,6 @@ def _shown_name(claims: dict[str, Any]) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
-
-
-def _forget_old_pending_logins() -> None:
-    pending = sorted(
-        (key for key in session if key.startswith("_state_")),
-        key=lambda key: session[key].get("exp", 0) if isinstance(session[key], dict) else 0,
-    )
-    for key in pending[: max(0, len(pending) - (MAX_PENDING_LOGINS - 1))]:
-        session.pop(key)
 
 
 def _login_failed(provider: str, reason: str, error: Exception | None = None) -> BadRequest:

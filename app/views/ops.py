@@ -6,7 +6,7 @@ from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 
 from app.config import current_settings
-from app.metrics import metrics_response
+from app.metrics_scrape import metrics_response
 from app.openapi import openapi_json
 from app.responses import json_response
 from app.store import get_store

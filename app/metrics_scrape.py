@@ -1,0 +1,75 @@
+"""The ``GET /metrics`` answer, for allowed addresses, and the folder of per-worker files.
+
+Under gunicorn every worker counts into files of its own in one folder, which
+gunicorn.conf.py creates fresh at each start (``fresh_multiprocess_folder``) and hands
+over in the ``PROMETHEUS_MULTIPROC_DIR`` variable; a scrape, answered by any worker, adds
+up every worker's files, those of dead workers included (app/metrics.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+
+from flask import Response, current_app
+
+from app.config import IPNetwork
+from app.metrics import metrics_of
+
+#: Folder of the per-process files, below the instance folder; one subfolder per master.
+MULTIPROCESS_FOLDER = "metrics"
+#: Prometheus's classic text format, which every Prometheus version reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metrics_response(address: str | None, allowed: tuple[IPNetwork, ...]) -> Response | None:
+    """Return the ``/metrics`` answer for a client at ``address``, or None when metrics are
+    off or ``address`` is outside ``allowed`` (METRICS_ALLOW)."""
+    metrics = metrics_of(current_app)
+    if metrics is None or not address_allowed(address, allowed):
+        return None
+    return Response(metrics.exposition(), 200, [("Content-Type", CONTENT_TYPE)])
+
+
+def address_allowed(address: str | None, allowed: tuple[IPNetwork, ...]) -> bool:
+    """Return whether ``address`` (an IP address, as the app sees the client) is in ``allowed``.
+
+    ``::ffff:a.b.c.d`` (IPv4 on a dual-stack socket) is ``a.b.c.d``; anything that is not
+    an IP address is in no network.
+    """
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return any(ip in network for network in allowed)
+
+
+def fresh_multiprocess_folder(instance_path: str) -> str:
+    """Create this gunicorn master's empty folder of per-worker metric files; return it.
+
+    One subfolder per master (named by its pid), so that servers sharing an
+    instance folder never count into each other's files. Folders left by masters
+    that are gone (killed with -9, say) are removed on the way.
+    """
+    root = os.path.join(instance_path, MULTIPROCESS_FOLDER)
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    for name in os.listdir(root):
+        if name.isdigit() and not _is_running(int(name)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    folder = os.path.join(root, str(os.getpid()))
+    shutil.rmtree(folder, ignore_errors=True)  # a master long gone that had this pid
+    os.mkdir(folder, 0o700)
+    return folder
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

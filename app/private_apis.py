@@ -1,0 +1,108 @@
+"""Where the service relies on what a library does not promise, each reach in one place.
+
+A reach stays only where ``make bench`` can see its gain (docs/performance.md has the
+figures, and the reaches dropped for a gain too small to resolve).
+tests/test_private_apis.py checks every assumption below against the installed
+library, and that its version is the one checked (``CHECKED_VERSIONS``): an upgrade
+that breaks one fails there, before it reaches a server.
+
+- PyJWT: an HS256 secret checked once rather than on every signature check; tokens
+  signed without ``jwt.encode``, byte for byte what it writes.
+- Authlib: the session keys under which its Flask client keeps pending logins, read
+  to bound the login-state cookie.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import MutableMapping
+from typing import Any
+
+import jwt
+import orjson
+from jwt.algorithms import Algorithm, HMACAlgorithm
+
+#: The distribution and the version (major.minor) whose internals were checked.
+CHECKED_VERSIONS = {"pyjwt": "2.15", "authlib": "1.9"}
+
+# --- PyJWT ---------------------------------------------------------------------------
+
+
+class CheckedSecret(HMACAlgorithm):
+    """HS256 bound to one secret, which passed PyJWT's key checks once, when it was loaded.
+
+    PyJWT checks an HMAC key on every call (that it is not a PEM, DER or JWK key);
+    only this very secret object skips them here, and any other key still goes
+    through all of them.
+    """
+
+    def __init__(self, secret: bytes) -> None:
+        super().__init__(HMACAlgorithm.SHA256)
+        self.secret = super().prepare_key(secret)
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        return key if key is self.secret else super().prepare_key(key)
+
+
+def hs256_verifier(algorithm: CheckedSecret) -> jwt.PyJWK:
+    """Return the PyJWK that ``jwt.decode`` verifies HS256 tokens of ``algorithm``'s secret with.
+
+    PyJWT verifies a PyJWK with the PyJWK's own ``Algorithm`` attribute, and prepares
+    its ``key`` through it on every call: here that is ``algorithm``, whose secret is
+    checked already. The algorithm stays pinned to HS256 by the PyJWK itself.
+    """
+    verifier = jwt.PyJWK({"kty": "oct", "k": base64url(algorithm.secret)}, "HS256")
+    verifier.Algorithm = algorithm
+    verifier.key = algorithm.secret
+    return verifier
+
+
+def jws_header_segment(algorithm: str, kid: str | None = None) -> str:
+    """Return a token's header segment as ``jwt.encode`` writes it: sorted compact JSON."""
+    header = {"alg": algorithm, "kid": kid, "typ": "JWT"}
+    if kid is None:
+        del header["kid"]
+    return base64url(json.dumps(header, separators=(",", ":"), sort_keys=True).encode())
+
+
+def compact_jws(header_segment: str, claims: dict[str, Any], signer: Algorithm, key: Any) -> str:
+    """Return the token ``jwt.encode`` would write of ``claims`` under ``header_segment``.
+
+    Signed by PyJWT's own algorithm object; only the header, the same for every
+    token of a key, is made once instead of each time, and the key is not checked again.
+    """
+    try:
+        payload = orjson.dumps(claims)  # compact JSON, like jwt.encode's, UTF-8 unescaped
+    except TypeError:  # a lone surrogate (in a provider's user id): JSON's \u escape
+        payload = json.dumps(claims, separators=(",", ":")).encode()
+    signing_input = f"{header_segment}.{base64url(payload)}"
+    signature = signer.sign(signing_input.encode("ascii"), key)
+    return f"{signing_input}.{base64url(signature)}"
+
+
+def base64url(data: bytes) -> str:
+    """Return ``data`` in base64url without padding, as JWS writes it."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+# --- Authlib -------------------------------------------------------------------------
+
+#: Authlib's Flask client keeps each pending login in the session under
+#: ``_state_<provider>_<state>``, its value a dict whose ``exp`` is a Unix time.
+PENDING_LOGIN_PREFIX = "_state_"
+
+
+def pending_login_key(provider: str, state: str | None) -> str:
+    """Return the session key of ``provider``'s pending login of ``state``."""
+    return f"{PENDING_LOGIN_PREFIX}{provider}_{state}"
+
+
+def forget_old_pending_logins(session: MutableMapping[str, Any], keep: int) -> None:
+    """Drop all but the ``keep`` newest pending logins (of any provider) from ``session``."""
+    pending = sorted(
+        (key for key in session if key.startswith(PENDING_LOGIN_PREFIX)),
+        key=lambda key: session[key].get("exp", 0) if isinstance(session[key], dict) else 0,
+    )
+    for key in pending[: max(0, len(pending) - keep)]:
+        session.pop(key)

@@ -1,0 +1,135 @@
+"""Every assumption app/private_apis.py makes about a library, checked on the installed one.
+
+An upgrade that breaks a reach fails here: then check the new version's internals,
+adapt the reach (or drop it), and update ``CHECKED_VERSIONS``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from importlib.metadata import version
+
+import jwt
+import pytest
+from authlib.integrations.flask_client import FlaskIntegration
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from jwt.algorithms import HMACAlgorithm, get_default_algorithms
+
+from app import private_apis
+from app.private_apis import (
+    CHECKED_VERSIONS,
+    CheckedSecret,
+    compact_jws,
+    forget_old_pending_logins,
+    hs256_verifier,
+    jws_header_segment,
+    pending_login_key,
+)
+from tests.conftest import valid_claims
+
+pytestmark = pytest.mark.store("sqlite")  # no store is involved
+
+
+@pytest.mark.parametrize("distribution", sorted(CHECKED_VERSIONS))
+def test_the_installed_version_is_the_one_checked(distribution):
+    installed = ".".join(version(distribution).split(".")[:2])
+    assert installed == CHECKED_VERSIONS[distribution], (
+        f"{distribution} {installed}: check app/private_apis.py against it, then"
+        " update CHECKED_VERSIONS"
+    )
+
+
+# --- PyJWT ---------------------------------------------------------------------------
+
+
+def hs256_token(secret: bytes, claims: dict) -> str:
+    return jwt.encode(claims, secret, "HS256")
+
+
+def test_pyjwt_verifies_a_pyjwk_with_its_own_algorithm_object(monkeypatch):
+    """The gain: jwt.decode goes through the PyJWK's Algorithm, which skips the key checks."""
+    secret = secrets.token_bytes(64)
+    algorithm = CheckedSecret(secret)
+    verifier = hs256_verifier(algorithm)
+    token = hs256_token(secret, valid_claims())
+    prepared = []
+
+    def spied(key: bytes) -> bytes:
+        prepared.append(key)
+        return CheckedSecret.prepare_key(algorithm, key)
+
+    monkeypatch.setattr(algorithm, "prepare_key", spied)
+    monkeypatch.setattr(
+        HMACAlgorithm, "prepare_key", lambda *args: pytest.fail("the secret was checked again")
+    )
+    assert jwt.decode(token, verifier, algorithms=["HS256"]) == valid_claims()
+    assert prepared  # PyJWT prepared the key through the PyJWK's algorithm
+    assert all(key is algorithm.secret for key in prepared)
+
+
+def test_the_checked_secret_still_checks_every_other_key():
+    algorithm = CheckedSecret(secrets.token_bytes(64))
+    with pytest.raises(jwt.InvalidKeyError):
+        algorithm.prepare_key(
+            b"-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----"
+        )
+    with pytest.raises(jwt.InvalidKeyError):
+        CheckedSecret(b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA")
+
+
+def test_the_verifier_stays_pinned_to_hs256():
+    secret = secrets.token_bytes(64)
+    verifier = hs256_verifier(CheckedSecret(secret))
+    assert verifier.algorithm_name == "HS256"
+    token = jwt.encode(valid_claims(), secret, "HS384")
+    with pytest.raises(jwt.InvalidAlgorithmError):
+        jwt.decode(token, verifier, algorithms=["HS384"])
+
+
+@pytest.mark.parametrize("kid", [None, "a-kid"])
+@pytest.mark.parametrize("algorithm", ["HS256", "EdDSA", "ES256"])
+def test_the_header_segment_is_the_one_jwt_encode_writes(algorithm, kid):
+    key = secrets.token_bytes(64) if algorithm == "HS256" else new_private_key(algorithm)
+    headers = {"kid": kid} if kid is not None else None
+    token = jwt.encode(valid_claims(), key, algorithm, headers)
+    assert token.split(".")[0] == jws_header_segment(algorithm, kid)
+
+
+def test_a_compact_jws_is_what_jwt_encode_writes():
+    secret = secrets.token_bytes(64)
+    claims = valid_claims()
+    signed = compact_jws(
+        jws_header_segment("HS256", "k"), claims, get_default_algorithms()["HS256"], secret
+    )
+    assert signed == jwt.encode(claims, secret, "HS256", {"kid": "k"})
+
+
+def new_private_key(algorithm: str) -> ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey:
+    if algorithm == "EdDSA":
+        return ed25519.Ed25519PrivateKey.generate()
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+# --- Authlib -------------------------------------------------------------------------
+
+
+def test_authlib_keeps_a_pending_login_under_the_key_read_here():
+    session: dict = {}
+    before = time.time()
+    FlaskIntegration("corp").set_state_data(session, "the-state", {"nonce": "n"})
+    key = pending_login_key("corp", "the-state")
+    assert list(session) == [key]
+    assert key.startswith(private_apis.PENDING_LOGIN_PREFIX)
+    assert session[key]["exp"] >= before
+    assert FlaskIntegration("corp").get_state_data(session, "the-state") == {"nonce": "n"}
+
+
+def test_only_the_newest_pending_logins_are_kept():
+    session: dict = {"user": "kept", "_state_corp_broken": "not a dict"}
+    integration = FlaskIntegration("corp")
+    for number in range(4):
+        integration.expires_in = 3600 + number  # a later login expires later
+        integration.set_state_data(session, f"s{number}", {})
+    forget_old_pending_logins(session, keep=2)
+    assert sorted(session) == ["_state_corp_s2", "_state_corp_s3", "user"]
