@@ -17,9 +17,9 @@ refused, which token event it was. Nothing else on the request path touches it.
 
 A request only adds to plain counts in the process, and its duration to a list;
 they reach prometheus_client every FLUSH_SECONDS, from a thread of each worker, and
-before each scrape and at exit, so the request path never writes to the shared files. A scrape may so miss up
-to FLUSH_SECONDS of another worker's requests, and a worker killed with -9 loses
-its last FLUSH_SECONDS of counts.
+before each scrape and at exit, so the request path never writes to the shared files.
+A scrape may so miss up to FLUSH_SECONDS of another worker's requests, and a worker
+killed with -9 loses its last FLUSH_SECONDS of counts.
 
 The ``/metrics`` answer and the multiprocess folder are app/metrics_scrape.py.
 """
