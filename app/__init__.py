@@ -12,7 +12,9 @@ from flask import Flask
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
-from app.metrics import init_metrics
+from app.instance import prepare_instance
+from app.keys import init_keys
+from app.metrics import get_metrics, init_metrics
 from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
@@ -49,16 +51,20 @@ class Service(Flask):
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the service from the environment, with optional overrides for tests."""
     settings = Settings.load(overrides)  # raises ConfigError on a bad value
+    settings = prepare_instance(settings)  # the instance folder, the generated secret or key
     app = Service(__name__, instance_path=settings.instance_path)
     configure(app, settings)
+    init_keys(app, settings)
     init_store(app, settings)
     init_rate_limit(app, settings)
     init_user_directory(app, settings)
+    init_metrics(app, settings)
+    init_request_log(app, settings)
+    init_proxy_headers(app, settings)
     init_third_party_login(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)
-    wrap_request_path(app, settings)
     return app
 
 
@@ -76,10 +82,9 @@ def configure(app: Flask, settings: Settings) -> None:
     app.logger.setLevel(getattr(logging, settings.log_level))
 
 
-def wrap_request_path(app: Flask, settings: Settings) -> None:
-    """Wrap the app in the request log (which feeds the metrics), then in the proxy headers."""
-    metrics = init_metrics(app, settings.metrics)
-    # inside app.proxy: the request log shows the client address the app sees
+def init_request_log(app: Flask, settings: Settings) -> None:
+    """Wrap the app in the request log, which feeds the metrics and adds SECURITY_HEADERS."""
+    metrics = get_metrics(app)
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,
@@ -87,6 +92,11 @@ def wrap_request_path(app: Flask, settings: Settings) -> None:
         headers=SECURITY_HEADERS,
         observe=metrics.observe if metrics is not None else None,
     )
+
+
+def init_proxy_headers(app: Flask, settings: Settings) -> None:
+    """Wrap the app (the request log included, so that it logs the client address the app
+    sees) in the X-Forwarded-* handling of TRUSTED_PROXIES."""
     app.wsgi_app = wrap_forwarded_headers(  # type: ignore[method-assign,assignment]
         app.wsgi_app, settings.trusted_proxies, settings.trusted_proxy_prefix
     )

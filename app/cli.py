@@ -22,10 +22,18 @@ from flask import Flask, current_app
 from flask.cli import AppGroup
 from flask.logging import default_handler
 
-from app.config import current_settings
 from app.events import Event
-from app.keys import EDDSA, ES256, HS256, create_private_file, new_private_key_pem, private_key_file
+from app.keys import (
+    EDDSA,
+    ES256,
+    HS256,
+    create_private_file,
+    get_key_ring,
+    new_private_key_pem,
+    private_key_file,
+)
 from app.logging_config import logging_config
+from app.settings import current_settings
 from app.store import StoreUnavailableError, get_store, shown_digest
 from app.users import (
     HASHER,
@@ -178,7 +186,7 @@ def generate_key_command(path: str, algorithm: str | None) -> None:
 @keys.command("show")
 def show_keys_command() -> None:
     """Print the current key and the previous ones: role, algorithm, kid and source."""
-    ring = current_settings().signing_keys
+    ring = get_key_ring()
     for key in ring.keys:
         role = "current" if key is ring.current else "previous"
         click.echo(f"{role:<8}  {key.algorithm:<5}  {key.kid}  {key.source}")

@@ -38,7 +38,7 @@ from typing import Any
 from flask import Flask, Request, Response, current_app
 from werkzeug.routing import Rule
 
-from app.config import IPNetwork
+from app.config import IPNetwork, Settings
 from app.events import AUTH_FAILURE_REASONS, Event
 
 EXTENSION_KEY = "metrics"
@@ -253,13 +253,18 @@ class _Pending:
         self.rate_limit_errors = 0
 
 
-def init_metrics(app: Flask, enabled: bool) -> Metrics | None:
+def init_metrics(app: Flask, settings: Settings) -> None:
     """Attach the metrics to ``app`` (None when METRICS is off); note each request's rule."""
-    if not enabled:
+    if not settings.metrics:
         app.extensions[EXTENSION_KEY] = None
-        return None
-    metrics = app.extensions[EXTENSION_KEY] = Metrics()
+        return
+    app.extensions[EXTENSION_KEY] = Metrics()
     app.request_class = RuleInEnvironRequest
+
+
+def get_metrics(app: Flask) -> Metrics | None:
+    """Return ``app``'s metrics, or None when METRICS is off."""
+    metrics: Metrics | None = app.extensions[EXTENSION_KEY]
     return metrics
 
 

@@ -12,14 +12,24 @@ import pytest
 
 import app.config
 from app import create_app
-from app.config import ConfigError, Settings, load_or_create_secret
+from app.config import ConfigError, Settings
+from app.instance import load_or_create_secret, prepare_instance
+from app.keys import settings_key_ring
 from tests.conftest import ROOT, free_port, login
+
+
+def load_settings(overrides=None, environ=None) -> Settings:
+    """Return the settings as create_app has them: read, their instance files made and
+    checked, and every signing key loaded once."""
+    settings = prepare_instance(Settings.load(overrides, environ))
+    settings_key_ring(settings)
+    return settings
 
 
 def test_defaults(monkeypatch, tmp_path):
     assert str(ROOT / "instance") == app.config.DEFAULT_INSTANCE_PATH
     monkeypatch.setattr(app.config, "DEFAULT_INSTANCE_PATH", str(tmp_path / "instance"))
-    settings = Settings.load(environ={})
+    settings = load_settings(environ={})
     assert settings.admin_username == "admin"
     assert settings.access_token_lifetime == 60
     assert settings.clock_skew == 30
@@ -34,7 +44,7 @@ def test_defaults(monkeypatch, tmp_path):
 
 
 def test_load_resolves_the_instance_folder_store_and_secret(tmp_path):
-    settings = Settings.load({"INSTANCE_PATH": str(tmp_path / "new")})
+    settings = load_settings({"INSTANCE_PATH": str(tmp_path / "new")})
     assert settings.instance_path == str(tmp_path / "new")
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
     assert settings.token_store_url == f"sqlite:///{tmp_path / 'new' / 'refresh_tokens.sqlite3'}"
@@ -45,7 +55,7 @@ def test_environment_is_read(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
     monkeypatch.setenv("ADMIN_USERNAME", "root")
     monkeypatch.setenv("ACCESS_TOKEN_LIFETIME", "300")
-    settings = Settings.load()
+    settings = load_settings()
     assert (settings.port, settings.admin_username, settings.access_token_lifetime) == (
         9090,
         "root",
@@ -55,7 +65,7 @@ def test_environment_is_read(monkeypatch):
 
 def test_overrides_win_over_the_environment(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
-    assert Settings.load({"PORT": "9191"}).port == 9191
+    assert load_settings({"PORT": "9191"}).port == 9191
 
 
 @pytest.mark.parametrize(
@@ -89,16 +99,16 @@ def test_overrides_win_over_the_environment(monkeypatch):
 )
 def test_bad_value_refuses_to_start_with_a_clear_message(name, value, message):
     with pytest.raises(ConfigError, match=message):
-        Settings.load({name: value})
+        load_settings({name: value})
 
 
 def test_unknown_override_is_refused():
     with pytest.raises(ConfigError, match="unknown settings: SIGNING_SECRETS"):
-        Settings.load({"SIGNING_SECRETS": "x" * 40})
+        load_settings({"SIGNING_SECRETS": "x" * 40})
 
 
 def test_signing_secret_of_32_bytes_is_enough():
-    assert Settings.load({"SIGNING_SECRET": "x" * 32}).signing_secret == "x" * 32
+    assert load_settings({"SIGNING_SECRET": "x" * 32}).signing_secret == "x" * 32
 
 
 def test_missing_secret_is_generated_once_and_kept_private(tmp_path):
@@ -279,7 +289,7 @@ def test_a_start_up_problem_is_one_line_and_exit_status_1(tmp_path, case, comman
 def test_an_unwritable_instance_folder_refuses_to_start(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere
     with pytest.raises(ConfigError, match=f"INSTANCE_PATH {tmp_path} is not writable"):
-        Settings.load({"INSTANCE_PATH": str(tmp_path)})
+        load_settings({"INSTANCE_PATH": str(tmp_path)})
 
 
 def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
@@ -292,7 +302,7 @@ def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
     with pytest.raises(
         ConfigError, match=f"TOKEN_STORE_URL: the folder {store_folder} is not writable"
     ):
-        Settings.load(
+        load_settings(
             {
                 "INSTANCE_PATH": str(tmp_path / "i"),
                 "TOKEN_STORE_URL": f"sqlite:///{store_folder}/t.db",
@@ -304,19 +314,19 @@ def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
     "host", ["127.0.0.1", "::1", "[::1]", "0.0.0.0", "localhost", "svc.internal"]
 )
 def test_host_setting_accepts_addresses_and_names(host):
-    assert Settings.load({"HOST": host}).host == host.strip("[]")
+    assert load_settings({"HOST": host}).host == host.strip("[]")
 
 
 @pytest.mark.parametrize("host", ["", "a b", "1.2.3.4:80", "-x", "http://x"])
 def test_host_setting_refuses_what_is_not_an_address(host):
     with pytest.raises(ConfigError, match="HOST must be an IP address or a host name"):
-        Settings.load({"HOST": host})
+        load_settings({"HOST": host})
 
 
 @pytest.mark.parametrize("value", ["-1", "301", "soon"])
 def test_clock_skew_is_bounded(value):
     with pytest.raises(ConfigError, match="CLOCK_SKEW must be"):
-        Settings.load({"CLOCK_SKEW": value})
+        load_settings({"CLOCK_SKEW": value})
 
 
 def test_an_admin_username_of_256_characters_can_log_in(make_app):
@@ -330,7 +340,7 @@ def test_an_admin_username_of_256_characters_can_log_in(make_app):
 
 
 def test_refresh_token_hardening_is_off_by_default():
-    settings = Settings.load(environ={})
+    settings = load_settings(environ={})
     assert settings.refresh_token_rotation is False
     assert settings.refresh_token_reuse_grace == 0
     assert settings.refresh_tokens_per_user == 0
@@ -338,7 +348,7 @@ def test_refresh_token_hardening_is_off_by_default():
 
 
 def test_refresh_token_settings_are_read_at_their_edges():
-    settings = Settings.load(
+    settings = load_settings(
         {
             "REFRESH_TOKEN_ROTATION": "true",
             "REFRESH_TOKEN_REUSE_GRACE": "60",
@@ -350,7 +360,7 @@ def test_refresh_token_settings_are_read_at_their_edges():
     assert settings.refresh_token_reuse_grace == 60
     assert settings.refresh_tokens_per_user == 1000
     assert settings.refresh_token_lifetime == 60
-    assert Settings.load({"REFRESH_TOKEN_LIFETIME": "315360000"}).refresh_token_lifetime
+    assert load_settings({"REFRESH_TOKEN_LIFETIME": "315360000"}).refresh_token_lifetime
 
 
 @pytest.mark.parametrize(
@@ -376,11 +386,11 @@ def test_refresh_token_settings_are_read_at_their_edges():
 )
 def test_bad_refresh_token_settings_refuse_to_start(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        Settings.load(overrides)
+        load_settings(overrides)
 
 
 def test_trusted_proxies_are_addresses_and_networks():
-    settings = Settings.load(
+    settings = load_settings(
         {"TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,", "TRUSTED_PROXY_PREFIX": "true"}
     )
     assert [str(network) for network in settings.trusted_proxies] == [
@@ -394,7 +404,7 @@ def test_trusted_proxies_are_addresses_and_networks():
 @pytest.mark.parametrize("value", ["0", "1", ""])
 def test_the_old_trusted_proxy_hops_setting_stops_the_service(value):
     with pytest.raises(ConfigError) as raised:
-        Settings.load(environ={"TRUSTED_PROXY_HOPS": value})
+        load_settings(environ={"TRUSTED_PROXY_HOPS": value})
     assert str(raised.value) == (
         "TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's addresses instead"
         " (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"

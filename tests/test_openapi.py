@@ -20,6 +20,7 @@ from openapi_spec_validator import validate as validate_spec
 
 import app.openapi
 from app.config import MAX_BODY_BYTES
+from app.keys import EXTENSION_KEY as KEY_RING
 from app.keys import load_key_ring
 from app.tokens import issue_cookie_token
 from tests.conftest import ROOT, bearer, fresh, login
@@ -381,7 +382,7 @@ def test_third_party_login_answers_match_the_document(make_app, provider):
 def test_cookie_user_answer_matches_the_document(client, document, app):
     settings = app.config["SETTINGS"]
     user = {"source": "corp", "id": "248289761001", "shownName": "Alice Smith"}
-    token = issue_cookie_token(user, settings.signing_keys, 60)
+    token = issue_cookie_token(user, app.extensions[KEY_RING], 60)
     client.set_cookie(settings.auth_cookie_name, token)
     response = client.get("/api/v1/me")
     assert response.get_json() == user

@@ -27,52 +27,29 @@ import functools
 import ipaddress
 import logging
 import math
-import os
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
 
 from flask import Flask, current_app, has_request_context, request
 from limits import RateLimitItem
 
 from app.config import IPNetwork, Settings
 from app.proxy import FORWARDED_KEY, parse_address
+from app.rate_limit.counters import FAILURE_LOG_INTERVAL, RETRY_AFTER_FAILURE, Counters
+from app.rate_limit.counters import SQLITE_FILE_NAME as SQLITE_FILE_NAME  # re-exported
+from app.rate_limit.counters import CountersUnavailableError as CountersUnavailableError
+from app.rate_limit.login_failures import init_login_failure_limit
+from app.rate_limit.storage import open_storage
 from app.request_log import note
 
 EXTENSION_KEY = "rate_limiter"
-#: The counters' SQLite file, in the token store's folder.
-SQLITE_FILE_NAME = "rate_limits.sqlite3"
-#: After a storage failure, requests pass unchecked this long before the next try, so a
-#: frozen store costs one timeout a second per process, not one per request.
-RETRY_AFTER_FAILURE = 1.0
-#: At most one log line about storage failures per this many seconds, per process.
-FAILURE_LOG_INTERVAL = 60.0
 #: Distinct client addresses whose key each process remembers.
 KEYS_CACHED = 4096
 #: The one counter of every request whose address is missing or not an IP address.
 UNKNOWN_CLIENT = "unknown"
 
 logger = logging.getLogger(__name__)
-
-
-class CountersUnavailableError(Exception):
-    """The counters' storage cannot answer; the message names the cause, never a password."""
-
-
-class Counters(Protocol):
-    """Where the windows are counted: ``app.rate_limit.sqlite`` or ``app.rate_limit.redis``."""
-
-    def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
-        """Count one hit on each (key, window in seconds); return each one's hits and the
-        seconds until its window ends. Raise CountersUnavailableError on any failure."""
-
-    def forgive(self, keys: Sequence[str]) -> None:
-        """Take back one hit from each running counter of ``keys`` (LOGIN_FAILURE_LIMIT's
-        successful logins). Raise CountersUnavailableError on any failure."""
-
-    def close(self) -> None:
-        """Release this process's connections."""
 
 
 def note_failure() -> None:
@@ -181,20 +158,6 @@ class RateLimiter:
         )
 
 
-def open_storage(settings: Settings) -> Counters:
-    """Return the counters' storage: the token store's Redis, or a SQLite file beside it."""
-    url = settings.token_store_url
-    if url.startswith("sqlite:///"):
-        from app.rate_limit.sqlite import SQLiteCounters
-
-        folder = os.path.dirname(url[len("sqlite:///") :])
-        return SQLiteCounters(os.path.join(folder, SQLITE_FILE_NAME), settings.store_timeout)
-    from app.rate_limit.redis import RedisCounters
-
-    connect_timeout = settings.store_connect_timeout or settings.store_timeout
-    return RedisCounters(url, settings.store_timeout, connect_timeout)
-
-
 def init_rate_limit(app: Flask, settings: Settings) -> None:
     """Attach the rate limiter to ``app``, or None with RATE_LIMIT_AUTH=off."""
     limiter = None
@@ -203,8 +166,6 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
             settings.rate_limit_auth, settings.rate_limit_exempt, open_storage(settings)
         )
     app.extensions[EXTENSION_KEY] = limiter
-    from app.rate_limit.login_failures import init_login_failure_limit  # it imports this module
-
     init_login_failure_limit(app, settings, limiter.storage if limiter is not None else None)
 
 

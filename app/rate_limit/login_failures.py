@@ -36,13 +36,13 @@ from flask import Flask, current_app
 from limits import RateLimitItem
 
 from app.config import Settings
-from app.rate_limit import (
+from app.rate_limit.counters import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
     Counters,
     CountersUnavailableError,
-    open_storage,
 )
+from app.rate_limit.storage import open_storage
 
 EXTENSION_KEY = "login_failure_limit"
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.

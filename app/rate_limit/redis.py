@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
 
-from app.rate_limit import CountersUnavailableError
+from app.rate_limit.counters import CountersUnavailableError
 
 KEY_PREFIX = "rl:"
 #: KEYS: one counter per limit; ARGV: each one's window in milliseconds. Returns, for

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from app.rate_limit import CountersUnavailableError
+from app.rate_limit.counters import CountersUnavailableError
 from app.sqlite_files import ProcessWriter, connect_wal
 
 SCHEMA = """
