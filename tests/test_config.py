@@ -13,6 +13,7 @@ import pytest
 import app.config
 from app import create_app
 from app.config import ConfigError, Settings
+from app.config.names import edits
 from app.instance import load_or_create_secret, prepare_instance
 from app.keys import settings_key_ring
 from tests.conftest import ROOT, free_port, login
@@ -250,6 +251,10 @@ def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
             {"INSTANCE_PATH": instance, "ADMIN_USERNAME": "a" * 257},
             "ADMIN_USERNAME must be at most 256 characters",
         ),
+        "a misspelled setting": (
+            {"INSTANCE_PATH": instance, "SIGNING_SECERT": "s" * 48},
+            "SIGNING_SECERT is not a setting: did you mean SIGNING_SECRET?",
+        ),
     }
 
 
@@ -262,6 +267,7 @@ START_UP_CASES = [
     "store is not a database",
     "the secret of the old example file",
     "admin longer than any username",
+    "a misspelled setting",
 ]
 
 
@@ -420,3 +426,81 @@ def test_gunicorn_config_refuses_the_old_trusted_proxy_hops_in_one_line():
         "configuration error: TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's"
         " addresses instead (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
     ]
+
+
+# --- misspelled settings (app/config/names.py) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "setting"),
+    [
+        ("SIGNING_SECERT", "SIGNING_SECRET"),  # two letters swapped
+        ("ACCES_TOKEN_LIFETIME", "ACCESS_TOKEN_LIFETIME"),  # a letter dropped
+        ("TOKEN_STORE", "TOKEN_STORE_URL"),  # a family's prefix
+        ("TOKEN_STORE_URI", "TOKEN_STORE_URL"),
+        ("SIGNING_KEY", "SIGNING_KEY_FILE"),
+        ("SIGNING_SECRETS", "SIGNING_SECRET"),
+        ("TRUSTED_PROXY", "TRUSTED_PROXIES"),
+        ("LOGLEVEL", "LOG_LEVEL"),
+        ("METRIC_ALLOW", "METRICS_ALLOW"),
+        ("USER_FILE", "USERS_FILE"),
+        ("REFRESH_TOKEN_ROTATE", "REFRESH_TOKEN_ROTATION"),
+        ("RATE_LIMIT", "RATE_LIMIT_AUTH"),
+        ("OIDC_PROVIDER", "OIDC_PROVIDERS"),
+        ("OIDC_CORP_ISUER", "OIDC_CORP_ISSUER"),
+        ("OIDC_MY_IDP_CLIENT_SECRT", "OIDC_MY_IDP_CLIENT_SECRET"),
+    ],
+)
+def test_a_variable_near_a_settings_name_stops_the_start_naming_it(tmp_path, variable, setting):
+    with pytest.raises(ConfigError) as caught:
+        Settings.load(environ={variable: "redis://127.0.0.1:6379/0"})
+    assert str(caught.value) == (
+        f"{variable} is not a setting: did you mean {setting}? (unset or rename it)"
+    )
+
+
+#: Variables that shells, CI services, containers, Python, gunicorn and Flask set.
+COMMON_VARIABLES = """
+    PATH HOME LANG LANGUAGE LC_ALL LC_CTYPE PWD OLDPWD SHELL SHLVL TERM USER USERNAME LOGNAME
+    HOSTNAME HOSTTYPE MAIL EDITOR VISUAL PAGER TZ TMPDIR TEMP TMP DISPLAY COLORTERM LS_COLORS
+    SSH_AUTH_SOCK SSH_CONNECTION SSH_CLIENT SSH_TTY XDG_RUNTIME_DIR XDG_CONFIG_HOME XDG_DATA_HOME
+    XDG_CACHE_HOME XDG_SESSION_ID DBUS_SESSION_BUS_ADDRESS HISTSIZE HISTFILE MANPATH INFOPATH
+    PYTHONPATH PYTHONHOME PYTHONUNBUFFERED PYTHONDONTWRITEBYTECODE PYTHONHASHSEED PYTHONWARNINGS
+    PYTHONSTARTUP PYTHONIOENCODING PYTHONUTF8 VIRTUAL_ENV PIP_INDEX_URL PIP_NO_CACHE_DIR
+    PIP_DISABLE_PIP_VERSION_CHECK UV_CACHE_DIR PYTEST_ADDOPTS PYTEST_CURRENT_TEST MYPYPATH
+    COVERAGE_PROCESS_START GUNICORN_CMD_ARGS FORWARDED_ALLOW_IPS SERVER_SOFTWARE
+    PROMETHEUS_MULTIPROC_DIR prometheus_multiproc_dir FLASK_APP FLASK_DEBUG FLASK_ENV
+    FLASK_RUN_HOST FLASK_RUN_PORT FLASK_SECRET_KEY SECRET_KEY DATABASE_URL REDIS_URL REDIS_HOST
+    REDIS_PORT CI GITHUB_ACTIONS GITHUB_WORKSPACE GITHUB_TOKEN GITHUB_SHA RUNNER_OS RUNNER_TEMP
+    GITLAB_CI CI_JOB_TOKEN BUILD_NUMBER JENKINS_URL HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy
+    https_proxy no_proxy SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE
+    NODE_EXTRA_CA_CERTS LD_LIBRARY_PATH LD_PRELOAD JAVA_HOME GOPATH NODE_ENV DEBIAN_FRONTEND
+    container KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT KUBERNETES_PORT
+    KUBERNETES_PORT_443_TCP KUBERNETES_PORT_443_TCP_ADDR TOKEN_STORE_PORT TOKEN_STORE_SERVICE_HOST
+    TOKEN_STORE_SERVICE_PORT TOKEN_STORE_PORT_6379_TCP TOKEN_STORE_PORT_6379_TCP_ADDR
+    SIGNING_SERVICE_HOST AWS_REGION AWS_DEFAULT_REGION AWS_ACCESS_KEY_ID GOOGLE_CLOUD_PROJECT
+    OIDC_CORP_ISSUER OIDC_CORP_CLIENT_ID OIDC_CORP_CLIENT_SECRET OIDC_CORP_SCOPES
+    USERPROFILE APPDATA LOCALAPPDATA PROGRAMFILES SYSTEMROOT COMSPEC PATHEXT WINDIR
+""".split()  # noqa: SIM905 (a list of names, as a shell would show them)
+
+
+@pytest.mark.parametrize("variable", COMMON_VARIABLES)
+def test_an_unrelated_variable_is_left_alone(variable):
+    Settings.load(environ={variable: "tcp://10.0.0.1:6379"})
+
+
+def test_no_variable_of_this_machine_counts_as_misspelled():
+    Settings.load(environ={**os.environ, **dict.fromkeys(COMMON_VARIABLES, "x")})
+
+
+def test_an_override_that_is_no_setting_stays_an_unknown_setting():
+    with pytest.raises(ConfigError, match=r"unknown settings: SIGNING_SECERT$"):
+        Settings.load({"SIGNING_SECERT": "x" * 40}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "distance"),
+    [("", "", 0), ("abc", "abc", 0), ("ab", "ba", 1), ("kitten", "sitting", 3), ("a", "", 1)],
+)
+def test_edits_count_a_swap_of_neighbours_as_one(first, second, distance):
+    assert edits(first, second) == edits(second, first) == distance
