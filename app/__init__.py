@@ -14,7 +14,7 @@ from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
 from app.instance import prepare_instance
 from app.keys import init_keys
-from app.metrics import get_metrics, init_metrics
+from app.metrics import init_metrics, metrics_of
 from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
 from app.request_log import RequestLog
@@ -31,8 +31,8 @@ class Service(Flask):
     """Flask, checking each view and hook for ``async`` once instead of on every request.
 
     Flask asks ``inspect.iscoroutinefunction`` of the view and of every hook that runs,
-    on each request (about 1.5 µs each); a function's answer never changes, so it is
-    kept. ``ensure_sync`` is the method Flask documents for overriding.
+    on each request; a function's answer never changes, so it is kept. ``ensure_sync``
+    is the method Flask documents for overriding.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -84,7 +84,7 @@ def configure(app: Flask, settings: Settings) -> None:
 
 def init_request_log(app: Flask, settings: Settings) -> None:
     """Wrap the app in the request log, which feeds the metrics and adds SECURITY_HEADERS."""
-    metrics = get_metrics(app)
+    metrics = metrics_of(app)
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,

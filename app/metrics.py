@@ -262,7 +262,7 @@ def init_metrics(app: Flask, settings: Settings) -> None:
     app.request_class = RuleInEnvironRequest
 
 
-def get_metrics(app: Flask) -> Metrics | None:
+def metrics_of(app: Flask) -> Metrics | None:
     """Return ``app``'s metrics, or None when METRICS is off."""
     metrics: Metrics | None = app.extensions[EXTENSION_KEY]
     return metrics

@@ -52,6 +52,19 @@ def test_load_resolves_the_instance_folder_store_and_secret(tmp_path):
     assert len(settings.signing_secret) >= 32
 
 
+def test_reading_the_settings_creates_no_file(tmp_path):
+    settings = Settings.load({"INSTANCE_PATH": str(tmp_path / "new"), "SIGNING_ALGORITHM": "EdDSA"})
+    assert not (tmp_path / "new").exists()
+    assert (settings.signing_secret, settings.token_store_url) == ("", "")  # filled in by:
+    prepared = prepare_instance(settings)
+    assert prepared.token_store_url.startswith("sqlite:///")
+    assert prepared.signing_key_file == str(tmp_path / "new" / "signing_key_eddsa.pem")
+    assert sorted(path.name for path in (tmp_path / "new").iterdir()) == [
+        "signing_key_eddsa.pem",
+        "signing_secret",
+    ]
+
+
 def test_environment_is_read(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
     monkeypatch.setenv("ADMIN_USERNAME", "root")
@@ -251,6 +264,14 @@ def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
             {"INSTANCE_PATH": instance, "ADMIN_USERNAME": "a" * 257},
             "ADMIN_USERNAME must be at most 256 characters",
         ),
+        "a key file that holds no key": (
+            {
+                "INSTANCE_PATH": instance,
+                "SIGNING_ALGORITHM": "EdDSA",
+                "SIGNING_KEY_FILE": str(a_file),
+            },
+            f"SIGNING_KEY_FILE {a_file} is not a PEM key file",
+        ),
         "a misspelled setting": (
             {"INSTANCE_PATH": instance, "SIGNING_SECERT": "s" * 48},
             "SIGNING_SECERT is not a setting: did you mean SIGNING_SECRET?",
@@ -267,6 +288,7 @@ START_UP_CASES = [
     "store is not a database",
     "the secret of the old example file",
     "admin longer than any username",
+    "a key file that holds no key",
     "a misspelled setting",
 ]
 
