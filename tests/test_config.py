@@ -471,6 +471,8 @@ def test_gunicorn_config_refuses_the_old_trusted_proxy_hops_in_one_line():
         ("OIDC_PROVIDER", "OIDC_PROVIDERS"),
         ("OIDC_CORP_ISUER", "OIDC_CORP_ISSUER"),
         ("OIDC_MY_IDP_CLIENT_SECRT", "OIDC_MY_IDP_CLIENT_SECRET"),
+        ("signing_secret", "SIGNING_SECRET"),  # capitals count
+        ("Access_Token_Lifetime", "ACCESS_TOKEN_LIFETIME"),
     ],
 )
 def test_a_variable_near_a_settings_name_stops_the_start_naming_it(tmp_path, variable, setting):

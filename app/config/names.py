@@ -11,6 +11,7 @@ instead. A variable that is not a setting counts as near one when either:
 - or it is 8 characters or longer and at most 2 edits (a letter added, dropped,
   changed, or two neighbours swapped) from a setting's name of 8 characters or longer.
 
+Names are compared in capitals, so ``signing_secret`` is near ``SIGNING_SECRET``.
 Variables Kubernetes sets for each service (``<NAME>_SERVICE_HOST``,
 ``<NAME>_SERVICE_PORT...``, ``<NAME>_PORT...``) never count: a service may be called
 ``token-store``.
@@ -50,7 +51,12 @@ SERVICE_LINK = re.compile(
 def resembled_setting(name: str, settings: Iterable[str]) -> str | None:
     """Return the setting that ``name``, which is not one, looks like a misspelling of, or None."""
     known = sorted(settings)
-    if name in known or PROVIDER_SETTING.fullmatch(name) or SERVICE_LINK.fullmatch(name):
+    if name in known:
+        return None
+    name = name.upper()  # signing_secret is SIGNING_SECRET mistyped
+    if name in known:
+        return name
+    if PROVIDER_SETTING.fullmatch(name) or SERVICE_LINK.fullmatch(name):
         return None
     if len(name) >= MIN_COMPARED_LENGTH:
         near = [
