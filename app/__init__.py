@@ -1,4 +1,10 @@
-"""Session-less token authentication and role authorization service."""
+"""Session-less token authentication and role authorization service.
+
+``create_app`` is the whole map. Each feature has one ``init_<feature>(app, settings)``,
+called from there and nowhere else, which puts the feature's object in
+``app.extensions[EXTENSION_KEY]`` (its module's constant); the feature's
+``get_<object>()`` returns it, typed, for the app at hand (``current_app``).
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The settings: a pure, typed parse of the environment, validated once at start-up.
 
-Nothing here touches a file or imports the service's features: ``app.instance``
-creates the instance folder, the generated secret and key, and checks the paths the
-settings name; each feature builds its own objects from the settings in its
-``init_<feature>(app, settings)``.
+Nothing here touches a file or imports a module above it (only the username rule,
+``app.usernames``, below it): ``app.instance`` creates the instance folder, the
+generated secret and key, and checks the paths the settings name; each feature builds
+its own objects from the settings in its ``init_<feature>(app, settings)``.
 """
 
 from __future__ import annotations
