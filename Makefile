@@ -47,10 +47,11 @@ test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included,
 test-fast: $(INSTALLED)  ## the suite without the tests that start real servers
 	$(BIN)/python -m pytest -m "not ($(SERVER_MARKERS))"
 
-lint: $(INSTALLED)  ## ruff (lint and format check) and mypy (strict on app/)
+lint: $(INSTALLED)  ## ruff (lint, format), mypy (strict on app/), the layers (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(INSTALLED)  ## mypy: strict type check of app/
 	$(BIN)/mypy

@@ -1,8 +1,9 @@
 """Gunicorn settings: ``gunicorn -c gunicorn.conf.py wsgi:app`` (what ``make run`` does).
 
 The settings are read and checked here, in the master, so a bad value stops
-the service before any worker starts, with one clear line. This also creates the
-instance folder and the generated signing secret before the workers fork.
+the service before any worker starts, with one clear line. The instance folder and
+the generated signing secret or key are created here too, before the workers fork,
+and every signing key is loaded once to check it.
 """
 
 import ipaddress
@@ -13,11 +14,14 @@ import sys
 from typing import Any
 
 from app.config import ConfigError, Settings
+from app.instance import prepare_instance
+from app.keys import settings_key_ring
 from app.logging_config import ServiceGunicornLogger, logging_config
 from app.metrics_scrape import fresh_multiprocess_folder
 
 try:
-    settings = Settings.load()
+    settings = prepare_instance(Settings.load())
+    settings_key_ring(settings)  # every key loaded and checked now, once, in the master
 except ConfigError as error:
     sys.exit(f"configuration error: {error}")
 

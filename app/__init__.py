@@ -1,4 +1,10 @@
-"""Session-less token authentication and role authorization service."""
+"""Session-less token authentication and role authorization service.
+
+``create_app`` is the whole map. Each feature has one ``init_<feature>(app, settings)``,
+called from there and nowhere else, which puts the feature's object in
+``app.extensions[EXTENSION_KEY]`` (its module's constant); the feature's
+``get_<object>()`` returns it, typed, for the app at hand (``current_app``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from flask import Flask
 from app.cli import register_commands
 from app.config import MAX_BODY_BYTES, Settings
 from app.errors import register_error_handlers
+from app.instance import prepare_instance
+from app.keys import init_keys
 from app.metrics import init_metrics, metrics_of
 from app.proxy import wrap_forwarded_headers
 from app.rate_limit import init_rate_limit
@@ -25,18 +33,21 @@ from app.views import register_blueprints
 def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the service from the environment, with optional overrides for tests."""
     settings = Settings.load(overrides)  # raises ConfigError on a bad value
+    settings = prepare_instance(settings)  # the instance folder, the generated secret or key
     app = Flask(__name__, instance_path=settings.instance_path)
     configure(app, settings)
+    init_keys(app, settings)
     init_store(app, settings)
     init_rate_limit(app, settings)
     init_user_directory(app, settings)
+    init_metrics(app, settings)
+    init_security_headers(app)
+    init_request_log(app, settings)
+    init_proxy_headers(app, settings)
     init_third_party_login(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)
-    init_metrics(app, settings)
-    init_security_headers(app)
-    wrap_request_path(app, settings)
     return app
 
 
@@ -54,16 +65,20 @@ def configure(app: Flask, settings: Settings) -> None:
     app.logger.setLevel(getattr(logging, settings.log_level))
 
 
-def wrap_request_path(app: Flask, settings: Settings) -> None:
-    """Wrap the app in the request log (which feeds the metrics), then in the proxy headers."""
+def init_request_log(app: Flask, settings: Settings) -> None:
+    """Wrap the app in the request log, which feeds the metrics."""
     metrics = metrics_of(app)
-    # inside app.proxy: the request log shows the client address the app sees
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]
         app.wsgi_app,
         text=settings.log_format == "text",
         observe=metrics.observe if metrics is not None else None,
     )
+
+
+def init_proxy_headers(app: Flask, settings: Settings) -> None:
+    """Wrap the app (the request log included, so that it logs the client address the app
+    sees) in the X-Forwarded-* handling of TRUSTED_PROXIES."""
     app.wsgi_app = wrap_forwarded_headers(  # type: ignore[method-assign,assignment]
         app.wsgi_app, settings.trusted_proxies, settings.trusted_proxy_prefix
     )

@@ -15,47 +15,36 @@ checks a key.
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
 import json
 import os
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from flask import Flask, current_app
 from jwt.algorithms import Algorithm, get_default_algorithms
 from jwt.utils import base64url_decode
 
+from app.config import EDDSA as EDDSA
+from app.config import ES256 as ES256
+from app.config import HS256 as HS256
+from app.config import KEY_FILE_NAMES, ConfigError, Settings
 from app.json_text import unique_keys
+from app.key_files import (
+    PRIVATE_KEY_TYPES,
+    KeyFileError,
+    read_private_key,
+    read_public_key,
+    secret_kid,
+    thumbprint,
+)
+from app.key_files import create_private_file as create_private_file  # re-exported
+from app.key_files import new_private_key_pem as new_private_key_pem  # re-exported
 from app.private_apis import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 
-HS256 = "HS256"
-EDDSA = "EdDSA"
-ES256 = "ES256"
-ALGORITHMS = (HS256, EDDSA, ES256)
-#: The kind of private key each asymmetric algorithm signs with.
-KEY_KINDS = {EDDSA: "Ed25519", ES256: "EC P-256"}
-#: Larger than any PEM key of the kinds above; a bigger file is not a key.
-MAX_KEY_FILE_BYTES = 64 * 1024
-
-#: An HS256 kid is PBKDF2 of the secret: checking a guessed secret against the kid then
-#: costs 2,000 HMACs, against a token one. So a kid never makes a weak secret easier to
-#: find than the tokens it signs already do, and it costs about 0.3 ms once, at start.
-SECRET_KID_SALT = b"token-service signing key id"
-SECRET_KID_ITERATIONS = 1000
-SECRET_KID_BYTES = 12  # 16 base64url characters
-#: The public members of a JWK that its RFC 7638 thumbprint covers, by key type.
-THUMBPRINT_MEMBERS = {"OKP": ("crv", "kty", "x"), "EC": ("crv", "kty", "x", "y")}
-
-
-class KeyFileError(ValueError):
-    """A signing key or secret cannot be used; the message is one line for operators."""
+EXTENSION_KEY = "key_ring"
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,8 +76,9 @@ class SigningKey:
     def sign(self, claims: dict[str, Any]) -> str:
         """Return a JWT of ``claims`` signed with this key, its kid in the header.
 
-        The token is what ``jwt.encode(claims, key, algorithm, {"kid": kid})`` writes,
-        its header made once (app/private_apis.py).
+        The token is what ``jwt.encode(claims, key, algorithm, {"kid": kid})`` writes
+        (PyJWS's header: sorted keys, compact JSON), signed by PyJWT's own algorithm;
+        only the header, the same for every token, is made once instead of each time.
         """
         if self.signer is None:
             raise RuntimeError(f"the key {self.kid} is a public key: it cannot sign")
@@ -185,6 +175,36 @@ def load_key_ring(
     return KeyRing(current, tuple(previous))
 
 
+def settings_key_ring(settings: Settings) -> KeyRing:
+    """Return the key ring ``settings`` name (after ``prepare_instance``); ConfigError if bad."""
+    name = KEY_FILE_NAMES.get(settings.signing_algorithm)
+    generated = name is not None and settings.signing_key_file == os.path.join(
+        settings.instance_path, name
+    )
+    try:
+        return load_key_ring(
+            settings.signing_secret,
+            settings.signing_algorithm,
+            settings.signing_secret_previous,
+            settings.signing_key_file,
+            settings.signing_key_file_previous,
+            key_file_name="the generated key" if generated else "SIGNING_KEY_FILE",
+        )
+    except KeyFileError as error:
+        raise ConfigError(str(error)) from None
+
+
+def init_keys(app: Flask, settings: Settings) -> None:
+    """Load and check every key once, and attach the ring to ``app``."""
+    app.extensions[EXTENSION_KEY] = settings_key_ring(settings)
+
+
+def get_key_ring() -> KeyRing:
+    """Return the current app's key ring: the key that signs, and the ones that verify."""
+    ring: KeyRing = current_app.extensions[EXTENSION_KEY]
+    return ring
+
+
 def secret_key(secret: str, source: str) -> SigningKey:
     """Return the HS256 key of ``secret``; its kid is derived so that it reveals nothing."""
     try:
@@ -205,109 +225,18 @@ def secret_key(secret: str, source: str) -> SigningKey:
 
 def private_key_file(path: str, algorithm: str, name: str = "SIGNING_KEY_FILE") -> SigningKey:
     """Return the key of a PEM private key file for ``algorithm``, which signs and verifies."""
-    key = _read_pem_key(path, name)
-    if not isinstance(key, _PRIVATE_KEY_TYPES):
-        raise KeyFileError(
-            f"{name} {path} holds a public key; it must hold the private key"
-            " (the public half is derived from it)"
-        )
-    if algorithm_of(key) != algorithm:
-        raise KeyFileError(
-            f"{name} {path} holds {_kind_of(key)}; SIGNING_ALGORITHM={algorithm} needs"
-            f" an {KEY_KINDS[algorithm]} private key"
-        )
-    return _asymmetric_key(key, algorithm, f"{name} {path}")
+    return _asymmetric_key(read_private_key(path, algorithm, name), algorithm, f"{name} {path}")
 
 
 def verifying_key_file(path: str, name: str = "SIGNING_KEY_FILE_PREVIOUS") -> SigningKey:
     """Return the key of a PEM private or public key file, which only verifies."""
-    key = _read_pem_key(path, name)
-    algorithm = algorithm_of(key)
-    if algorithm is None:
-        raise KeyFileError(
-            f"{name} {path} holds {_kind_of(key)}; a signing key is Ed25519 (EdDSA)"
-            " or EC P-256 (ES256)"
-        )
-    public = key.public_key() if isinstance(key, _PRIVATE_KEY_TYPES) else key
+    public, algorithm = read_public_key(path, name)
     return _asymmetric_key(public, algorithm, f"{name} {path}")
-
-
-def algorithm_of(key: Any) -> str | None:
-    """Return the algorithm a private or public key signs with here, or None."""
-    if isinstance(key, ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey):
-        return EDDSA
-    if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) and isinstance(
-        key.curve, ec.SECP256R1
-    ):
-        return ES256
-    return None
-
-
-def new_private_key_pem(algorithm: str) -> bytes:
-    """Return a new private key for ``algorithm`` (EdDSA or ES256), as PKCS#8 PEM."""
-    if algorithm == EDDSA:
-        key: Any = ed25519.Ed25519PrivateKey.generate()
-    elif algorithm == ES256:
-        key = ec.generate_private_key(ec.SECP256R1())
-    else:
-        raise ValueError(f"no key file for {algorithm}: keys are files for EdDSA and ES256")
-    pem: bytes = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return pem
-
-
-def create_private_file(path: str, content: bytes) -> bool:
-    """Write ``content`` to a new file ``path`` (mode 0600); return False if it exists.
-
-    Processes that race here each write a complete candidate to a private temporary
-    file and try to hard-link it into place. ``link`` fails if the name exists, so
-    exactly one candidate wins, and no reader ever sees a half-written file.
-    """
-    candidate = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
-    descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(candidate, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        os.unlink(candidate)
-
-
-def secret_kid(secret: bytes) -> str:
-    """Return the kid of an HS256 secret: 16 characters that reveal nothing of it."""
-    derived = hashlib.pbkdf2_hmac(
-        "sha256", secret, SECRET_KID_SALT, SECRET_KID_ITERATIONS, SECRET_KID_BYTES
-    )
-    return _base64url(derived)
-
-
-def thumbprint(public_jwk: dict[str, str]) -> str:
-    """Return the RFC 7638 SHA-256 thumbprint of a public JWK: the kid of an asymmetric key."""
-    members = {name: public_jwk[name] for name in THUMBPRINT_MEMBERS[public_jwk["kty"]]}
-    canonical = json.dumps(members, separators=(",", ":"), sort_keys=True).encode()
-    return _base64url(hashlib.sha256(canonical).digest())
-
-
-_PRIVATE_KEY_TYPES = (
-    ed25519.Ed25519PrivateKey,
-    ec.EllipticCurvePrivateKey,
-    rsa.RSAPrivateKey,
-    ed448.Ed448PrivateKey,
-)
 
 
 def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
     jwa: Algorithm = get_default_algorithms()[algorithm]
-    is_private = isinstance(key, _PRIVATE_KEY_TYPES)
+    is_private = isinstance(key, PRIVATE_KEY_TYPES)
     members: dict[str, str] = jwa.to_jwk(key.public_key() if is_private else key, as_dict=True)
     kid = thumbprint(members)
     public_jwk: dict[str, str] = {
@@ -323,50 +252,3 @@ def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
         signing_key=key if is_private else None,
         public_jwk=public_jwk,
     )
-
-
-def _read_pem_key(path: str, name: str) -> Any:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_KEY_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise KeyFileError(f"{name} {path} does not exist") from None
-    except IsADirectoryError:
-        raise KeyFileError(f"{name} {path} is a folder, not a key file") from None
-    except OSError as error:
-        raise KeyFileError(f"{name} {path} cannot be read: {error.strerror}") from None
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise KeyFileError(f"{name} {path} is larger than {MAX_KEY_FILE_BYTES} bytes: not a key")
-    if b"-----BEGIN " not in data:
-        raise KeyFileError(f"{name} {path} is not a PEM key file (-----BEGIN PRIVATE KEY-----)")
-    try:
-        return serialization.load_pem_private_key(data, password=None)
-    except TypeError:  # cryptography's word for "encrypted, and no password given"
-        raise KeyFileError(
-            f"{name} {path} is encrypted; give the key without a passphrase, in a file"
-            " only the service's user can read (mode 0600)"
-        ) from None
-    except (ValueError, UnsupportedAlgorithm):
-        pass
-    try:
-        return serialization.load_pem_public_key(data)
-    except (ValueError, UnsupportedAlgorithm):
-        raise KeyFileError(f"{name} {path} holds no PEM private or public key") from None
-
-
-def _kind_of(key: Any) -> str:
-    half = "private" if isinstance(key, _PRIVATE_KEY_TYPES) else "public"
-    if isinstance(key, ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey):
-        return f"an Ed25519 {half} key"
-    if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
-        curve = "P-256" if isinstance(key.curve, ec.SECP256R1) else key.curve.name
-        return f"an EC {curve} {half} key"
-    if isinstance(key, rsa.RSAPrivateKey | rsa.RSAPublicKey):
-        return f"an RSA {half} key"
-    if isinstance(key, ed448.Ed448PrivateKey | ed448.Ed448PublicKey):
-        return f"an Ed448 {half} key"
-    return f"a {type(key).__name__.removeprefix('_')}"
-
-
-def _base64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")

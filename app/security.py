@@ -11,10 +11,11 @@ import jwt
 from flask import g, request
 from werkzeug.exceptions import Unauthorized
 
-from app.config import current_settings
 from app.errors import forbidden_response, unauthenticated_response
 from app.events import Event, Reason
+from app.keys import get_key_ring
 from app.request_log import note
+from app.settings import current_settings
 from app.store import get_store, token_digest
 from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
 
@@ -54,7 +55,7 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
         return None, Reason.MALFORMED if malformed else Reason.MISSING
     settings = current_settings()
     try:
-        return verify_access_token(token, settings.signing_keys, settings.clock_skew), ""
+        return verify_access_token(token, get_key_ring(), settings.clock_skew), ""
     except InvalidTokenError as error:
         return None, error.reason
 
@@ -72,7 +73,7 @@ def authenticated_cookie_user() -> dict[str, Any]:
         raise Unauthorized()
     settings = current_settings()
     try:
-        user = verify_cookie_token(token, settings.signing_keys, settings.clock_skew)
+        user = verify_cookie_token(token, get_key_ring(), settings.clock_skew)
     except InvalidTokenError as error:
         note(reason=error.reason)
         raise Unauthorized() from None
@@ -96,7 +97,7 @@ def log_out_cookie_token() -> None:
         return
     settings = current_settings()
     try:
-        user = verify_cookie_token(token, settings.signing_keys, settings.clock_skew)
+        user = verify_cookie_token(token, get_key_ring(), settings.clock_skew)
     except InvalidTokenError:
         return
     # verified just above: its exp is the signed one

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import re
 import secrets
 import string
 import threading
@@ -13,8 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import jwt
 
+from app.config import DEFAULT_CLOCK_SKEW
 from app.events import Reason
 from app.json_text import may_repeat_a_key, repeats_a_key
+from app.usernames import MAX_USERNAME_LENGTH as MAX_USERNAME_LENGTH
+from app.usernames import USERNAME_PATTERN as USERNAME_PATTERN  # the tokens' rule, re-exported
+from app.usernames import token_username_problem as token_username_problem
 
 if TYPE_CHECKING:
     from app.keys import KeyRing
@@ -31,27 +34,6 @@ _BYTE_TO_LETTER = bytes(
 _REJECTED_BYTES = bytes(range(_UNIFORM_BELOW, 256))
 #: Random bytes drawn per try: 42 of 64 survive all but once in about 10^20 tries.
 _RANDOM_BYTES_PER_TRY = 64
-#: Longest username accepted at login and in a token, in characters.
-MAX_USERNAME_LENGTH = 256
-#: Characters no username may hold, as it travels into claims, log lines and HTTP headers:
-#: C0 and C1 controls and DEL (NUL, CR, LF...), the Unicode line and paragraph separators,
-#: and the bidirectional embeddings, overrides and isolates, which reorder how a log line
-#: reads. Other format characters and every letter, space and emoji are allowed.
-UNSAFE_USERNAME_RANGES = r"\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-UNSAFE_USERNAME_CHARACTERS = re.compile(f"[{UNSAFE_USERNAME_RANGES}]")
-#: The rule as a JSON Schema pattern (ECMA-262, which Python's re reads alike): none of
-#: those characters, and one at least that is not whitespace.
-USERNAME_PATTERN = (
-    f"^[^{UNSAFE_USERNAME_RANGES}]*[^\\s{UNSAFE_USERNAME_RANGES}][^{UNSAFE_USERNAME_RANGES}]*$"
-)
-#: Why the separators and the bidirectional controls are refused; the rest are controls.
-_UNSAFE_USERNAME_REASONS = (
-    ("\u2028\u2029", "must not contain line or paragraph separators"),
-    (
-        "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
-        "must not contain bidirectional text controls",
-    ),
-)
 #: A JWT longer than this is refused before any parsing. A username of 256 emoji is
 #: about 4.3 KB once signed (JSON escapes each as 12 characters); headers stop at 8 KiB.
 MAX_TOKEN_LENGTH = 8192
@@ -60,8 +42,6 @@ MAX_TOKEN_LENGTH = 8192
 VERIFIED_TOKEN_CACHE_SIZE = 1024
 #: Tokens refused for their signature or form, remembered per process (8 MiB at most).
 REFUSED_TOKEN_CACHE_SIZE = 1024
-#: Seconds a token's ``iat`` (or ``nbf``) may lie in the future: hosts' clocks differ a little.
-DEFAULT_CLOCK_SKEW = 30
 
 ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
 #: The fields of the third-party user in a cookie token's ``sub``; each may be absent.
@@ -112,20 +92,6 @@ class _RefusedTokens:
 # Module state, like the cache of verified tokens below, and for the same reason: it holds
 # only pure results (token text and key in, a refusal out).
 _REFUSED = _RefusedTokens(REFUSED_TOKEN_CACHE_SIZE)
-
-
-def token_username_problem(username: str) -> str | None:
-    """Return why ``username`` may not be signed into a token (``must not ...``), or None."""
-    unsafe = UNSAFE_USERNAME_CHARACTERS.search(username)
-    if unsafe is not None:
-        found = unsafe.group()
-        for characters, reason in _UNSAFE_USERNAME_REASONS:
-            if found in characters:
-                return reason
-        return "must not contain control characters"
-    if username.isspace():
-        return "must not be only whitespace"
-    return None
 
 
 def role_for(username: str, admin_username: str) -> str:

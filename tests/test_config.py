@@ -12,14 +12,25 @@ import pytest
 
 import app.config
 from app import create_app
-from app.config import ConfigError, Settings, load_or_create_secret
+from app.config import ConfigError, Settings
+from app.config.names import edits
+from app.instance import load_or_create_secret, prepare_instance
+from app.keys import settings_key_ring
 from tests.conftest import ROOT, free_port, login
+
+
+def load_settings(overrides=None, environ=None) -> Settings:
+    """Return the settings as create_app has them: read, their instance files made and
+    checked, and every signing key loaded once."""
+    settings = prepare_instance(Settings.load(overrides, environ))
+    settings_key_ring(settings)
+    return settings
 
 
 def test_defaults(monkeypatch, tmp_path):
     assert str(ROOT / "instance") == app.config.DEFAULT_INSTANCE_PATH
     monkeypatch.setattr(app.config, "DEFAULT_INSTANCE_PATH", str(tmp_path / "instance"))
-    settings = Settings.load(environ={})
+    settings = load_settings(environ={})
     assert settings.admin_username == "admin"
     assert settings.access_token_lifetime == 60
     assert settings.clock_skew == 30
@@ -34,18 +45,31 @@ def test_defaults(monkeypatch, tmp_path):
 
 
 def test_load_resolves_the_instance_folder_store_and_secret(tmp_path):
-    settings = Settings.load({"INSTANCE_PATH": str(tmp_path / "new")})
+    settings = load_settings({"INSTANCE_PATH": str(tmp_path / "new")})
     assert settings.instance_path == str(tmp_path / "new")
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
     assert settings.token_store_url == f"sqlite:///{tmp_path / 'new' / 'refresh_tokens.sqlite3'}"
     assert len(settings.signing_secret) >= 32
 
 
+def test_reading_the_settings_creates_no_file(tmp_path):
+    settings = Settings.load({"INSTANCE_PATH": str(tmp_path / "new"), "SIGNING_ALGORITHM": "EdDSA"})
+    assert not (tmp_path / "new").exists()
+    assert (settings.signing_secret, settings.token_store_url) == ("", "")  # filled in by:
+    prepared = prepare_instance(settings)
+    assert prepared.token_store_url.startswith("sqlite:///")
+    assert prepared.signing_key_file == str(tmp_path / "new" / "signing_key_eddsa.pem")
+    assert sorted(path.name for path in (tmp_path / "new").iterdir()) == [
+        "signing_key_eddsa.pem",
+        "signing_secret",
+    ]
+
+
 def test_environment_is_read(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
     monkeypatch.setenv("ADMIN_USERNAME", "root")
     monkeypatch.setenv("ACCESS_TOKEN_LIFETIME", "300")
-    settings = Settings.load()
+    settings = load_settings()
     assert (settings.port, settings.admin_username, settings.access_token_lifetime) == (
         9090,
         "root",
@@ -55,7 +79,7 @@ def test_environment_is_read(monkeypatch):
 
 def test_overrides_win_over_the_environment(monkeypatch):
     monkeypatch.setenv("PORT", "9090")
-    assert Settings.load({"PORT": "9191"}).port == 9191
+    assert load_settings({"PORT": "9191"}).port == 9191
 
 
 @pytest.mark.parametrize(
@@ -89,16 +113,16 @@ def test_overrides_win_over_the_environment(monkeypatch):
 )
 def test_bad_value_refuses_to_start_with_a_clear_message(name, value, message):
     with pytest.raises(ConfigError, match=message):
-        Settings.load({name: value})
+        load_settings({name: value})
 
 
 def test_unknown_override_is_refused():
     with pytest.raises(ConfigError, match="unknown settings: SIGNING_SECRETS"):
-        Settings.load({"SIGNING_SECRETS": "x" * 40})
+        load_settings({"SIGNING_SECRETS": "x" * 40})
 
 
 def test_signing_secret_of_32_bytes_is_enough():
-    assert Settings.load({"SIGNING_SECRET": "x" * 32}).signing_secret == "x" * 32
+    assert load_settings({"SIGNING_SECRET": "x" * 32}).signing_secret == "x" * 32
 
 
 def test_missing_secret_is_generated_once_and_kept_private(tmp_path):
@@ -240,6 +264,18 @@ def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
             {"INSTANCE_PATH": instance, "ADMIN_USERNAME": "a" * 257},
             "ADMIN_USERNAME must be at most 256 characters",
         ),
+        "a key file that holds no key": (
+            {
+                "INSTANCE_PATH": instance,
+                "SIGNING_ALGORITHM": "EdDSA",
+                "SIGNING_KEY_FILE": str(a_file),
+            },
+            f"SIGNING_KEY_FILE {a_file} is not a PEM key file",
+        ),
+        "a misspelled setting": (
+            {"INSTANCE_PATH": instance, "SIGNING_SECERT": "s" * 48},
+            "SIGNING_SECERT is not a setting: did you mean SIGNING_SECRET?",
+        ),
     }
 
 
@@ -252,6 +288,8 @@ START_UP_CASES = [
     "store is not a database",
     "the secret of the old example file",
     "admin longer than any username",
+    "a key file that holds no key",
+    "a misspelled setting",
 ]
 
 
@@ -279,7 +317,7 @@ def test_a_start_up_problem_is_one_line_and_exit_status_1(tmp_path, case, comman
 def test_an_unwritable_instance_folder_refuses_to_start(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere
     with pytest.raises(ConfigError, match=f"INSTANCE_PATH {tmp_path} is not writable"):
-        Settings.load({"INSTANCE_PATH": str(tmp_path)})
+        load_settings({"INSTANCE_PATH": str(tmp_path)})
 
 
 def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
@@ -292,7 +330,7 @@ def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
     with pytest.raises(
         ConfigError, match=f"TOKEN_STORE_URL: the folder {store_folder} is not writable"
     ):
-        Settings.load(
+        load_settings(
             {
                 "INSTANCE_PATH": str(tmp_path / "i"),
                 "TOKEN_STORE_URL": f"sqlite:///{store_folder}/t.db",
@@ -304,19 +342,19 @@ def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
     "host", ["127.0.0.1", "::1", "[::1]", "0.0.0.0", "localhost", "svc.internal"]
 )
 def test_host_setting_accepts_addresses_and_names(host):
-    assert Settings.load({"HOST": host}).host == host.strip("[]")
+    assert load_settings({"HOST": host}).host == host.strip("[]")
 
 
 @pytest.mark.parametrize("host", ["", "a b", "1.2.3.4:80", "-x", "http://x"])
 def test_host_setting_refuses_what_is_not_an_address(host):
     with pytest.raises(ConfigError, match="HOST must be an IP address or a host name"):
-        Settings.load({"HOST": host})
+        load_settings({"HOST": host})
 
 
 @pytest.mark.parametrize("value", ["-1", "301", "soon"])
 def test_clock_skew_is_bounded(value):
     with pytest.raises(ConfigError, match="CLOCK_SKEW must be"):
-        Settings.load({"CLOCK_SKEW": value})
+        load_settings({"CLOCK_SKEW": value})
 
 
 def test_an_admin_username_of_256_characters_can_log_in(make_app):
@@ -330,7 +368,7 @@ def test_an_admin_username_of_256_characters_can_log_in(make_app):
 
 
 def test_refresh_token_hardening_is_off_by_default():
-    settings = Settings.load(environ={})
+    settings = load_settings(environ={})
     assert settings.refresh_token_rotation is False
     assert settings.refresh_token_reuse_grace == 0
     assert settings.refresh_tokens_per_user == 0
@@ -338,7 +376,7 @@ def test_refresh_token_hardening_is_off_by_default():
 
 
 def test_refresh_token_settings_are_read_at_their_edges():
-    settings = Settings.load(
+    settings = load_settings(
         {
             "REFRESH_TOKEN_ROTATION": "true",
             "REFRESH_TOKEN_REUSE_GRACE": "60",
@@ -350,7 +388,7 @@ def test_refresh_token_settings_are_read_at_their_edges():
     assert settings.refresh_token_reuse_grace == 60
     assert settings.refresh_tokens_per_user == 1000
     assert settings.refresh_token_lifetime == 60
-    assert Settings.load({"REFRESH_TOKEN_LIFETIME": "315360000"}).refresh_token_lifetime
+    assert load_settings({"REFRESH_TOKEN_LIFETIME": "315360000"}).refresh_token_lifetime
 
 
 @pytest.mark.parametrize(
@@ -376,11 +414,11 @@ def test_refresh_token_settings_are_read_at_their_edges():
 )
 def test_bad_refresh_token_settings_refuse_to_start(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        Settings.load(overrides)
+        load_settings(overrides)
 
 
 def test_trusted_proxies_are_addresses_and_networks():
-    settings = Settings.load(
+    settings = load_settings(
         {"TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,", "TRUSTED_PROXY_PREFIX": "true"}
     )
     assert [str(network) for network in settings.trusted_proxies] == [
@@ -394,7 +432,7 @@ def test_trusted_proxies_are_addresses_and_networks():
 @pytest.mark.parametrize("value", ["0", "1", ""])
 def test_the_old_trusted_proxy_hops_setting_stops_the_service(value):
     with pytest.raises(ConfigError) as raised:
-        Settings.load(environ={"TRUSTED_PROXY_HOPS": value})
+        load_settings(environ={"TRUSTED_PROXY_HOPS": value})
     assert str(raised.value) == (
         "TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's addresses instead"
         " (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
@@ -410,3 +448,83 @@ def test_gunicorn_config_refuses_the_old_trusted_proxy_hops_in_one_line():
         "configuration error: TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's"
         " addresses instead (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
     ]
+
+
+# --- misspelled settings (app/config/names.py) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "setting"),
+    [
+        ("SIGNING_SECERT", "SIGNING_SECRET"),  # two letters swapped
+        ("ACCES_TOKEN_LIFETIME", "ACCESS_TOKEN_LIFETIME"),  # a letter dropped
+        ("TOKEN_STORE", "TOKEN_STORE_URL"),  # a family's prefix
+        ("TOKEN_STORE_URI", "TOKEN_STORE_URL"),
+        ("SIGNING_KEY", "SIGNING_KEY_FILE"),
+        ("SIGNING_SECRETS", "SIGNING_SECRET"),
+        ("TRUSTED_PROXY", "TRUSTED_PROXIES"),
+        ("LOGLEVEL", "LOG_LEVEL"),
+        ("METRIC_ALLOW", "METRICS_ALLOW"),
+        ("USER_FILE", "USERS_FILE"),
+        ("REFRESH_TOKEN_ROTATE", "REFRESH_TOKEN_ROTATION"),
+        ("RATE_LIMIT", "RATE_LIMIT_AUTH"),
+        ("OIDC_PROVIDER", "OIDC_PROVIDERS"),
+        ("OIDC_CORP_ISUER", "OIDC_CORP_ISSUER"),
+        ("OIDC_MY_IDP_CLIENT_SECRT", "OIDC_MY_IDP_CLIENT_SECRET"),
+        ("signing_secret", "SIGNING_SECRET"),  # capitals count
+        ("Access_Token_Lifetime", "ACCESS_TOKEN_LIFETIME"),
+    ],
+)
+def test_a_variable_near_a_settings_name_stops_the_start_naming_it(tmp_path, variable, setting):
+    with pytest.raises(ConfigError) as caught:
+        Settings.load(environ={variable: "redis://127.0.0.1:6379/0"})
+    assert str(caught.value) == (
+        f"{variable} is not a setting: did you mean {setting}? (unset or rename it)"
+    )
+
+
+#: Variables that shells, CI services, containers, Python, gunicorn and Flask set.
+COMMON_VARIABLES = """
+    PATH HOME LANG LANGUAGE LC_ALL LC_CTYPE PWD OLDPWD SHELL SHLVL TERM USER USERNAME LOGNAME
+    HOSTNAME HOSTTYPE MAIL EDITOR VISUAL PAGER TZ TMPDIR TEMP TMP DISPLAY COLORTERM LS_COLORS
+    SSH_AUTH_SOCK SSH_CONNECTION SSH_CLIENT SSH_TTY XDG_RUNTIME_DIR XDG_CONFIG_HOME XDG_DATA_HOME
+    XDG_CACHE_HOME XDG_SESSION_ID DBUS_SESSION_BUS_ADDRESS HISTSIZE HISTFILE MANPATH INFOPATH
+    PYTHONPATH PYTHONHOME PYTHONUNBUFFERED PYTHONDONTWRITEBYTECODE PYTHONHASHSEED PYTHONWARNINGS
+    PYTHONSTARTUP PYTHONIOENCODING PYTHONUTF8 VIRTUAL_ENV PIP_INDEX_URL PIP_NO_CACHE_DIR
+    PIP_DISABLE_PIP_VERSION_CHECK UV_CACHE_DIR PYTEST_ADDOPTS PYTEST_CURRENT_TEST MYPYPATH
+    COVERAGE_PROCESS_START GUNICORN_CMD_ARGS FORWARDED_ALLOW_IPS SERVER_SOFTWARE
+    PROMETHEUS_MULTIPROC_DIR prometheus_multiproc_dir FLASK_APP FLASK_DEBUG FLASK_ENV
+    FLASK_RUN_HOST FLASK_RUN_PORT FLASK_SECRET_KEY SECRET_KEY DATABASE_URL REDIS_URL REDIS_HOST
+    REDIS_PORT CI GITHUB_ACTIONS GITHUB_WORKSPACE GITHUB_TOKEN GITHUB_SHA RUNNER_OS RUNNER_TEMP
+    GITLAB_CI CI_JOB_TOKEN BUILD_NUMBER JENKINS_URL HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy
+    https_proxy no_proxy SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE
+    NODE_EXTRA_CA_CERTS LD_LIBRARY_PATH LD_PRELOAD JAVA_HOME GOPATH NODE_ENV DEBIAN_FRONTEND
+    container KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT KUBERNETES_PORT
+    KUBERNETES_PORT_443_TCP KUBERNETES_PORT_443_TCP_ADDR TOKEN_STORE_PORT TOKEN_STORE_SERVICE_HOST
+    TOKEN_STORE_SERVICE_PORT TOKEN_STORE_PORT_6379_TCP TOKEN_STORE_PORT_6379_TCP_ADDR
+    SIGNING_SERVICE_HOST AWS_REGION AWS_DEFAULT_REGION AWS_ACCESS_KEY_ID GOOGLE_CLOUD_PROJECT
+    OIDC_CORP_ISSUER OIDC_CORP_CLIENT_ID OIDC_CORP_CLIENT_SECRET OIDC_CORP_SCOPES
+    USERPROFILE APPDATA LOCALAPPDATA PROGRAMFILES SYSTEMROOT COMSPEC PATHEXT WINDIR
+""".split()  # noqa: SIM905 (a list of names, as a shell would show them)
+
+
+@pytest.mark.parametrize("variable", COMMON_VARIABLES)
+def test_an_unrelated_variable_is_left_alone(variable):
+    Settings.load(environ={variable: "tcp://10.0.0.1:6379"})
+
+
+def test_no_variable_of_this_machine_counts_as_misspelled():
+    Settings.load(environ={**os.environ, **dict.fromkeys(COMMON_VARIABLES, "x")})
+
+
+def test_an_override_that_is_no_setting_stays_an_unknown_setting():
+    with pytest.raises(ConfigError, match=r"unknown settings: SIGNING_SECERT$"):
+        Settings.load({"SIGNING_SECERT": "x" * 40}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "distance"),
+    [("", "", 0), ("abc", "abc", 0), ("ab", "ba", 1), ("kitten", "sitting", 3), ("a", "", 1)],
+)
+def test_edits_count_a_swap_of_neighbours_as_one(first, second, distance):
+    assert edits(first, second) == edits(second, first) == distance

@@ -21,16 +21,19 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from app import create_app
-from app.config import ConfigError, Settings, load_or_create_key_file
+from app.config import ConfigError
+from app.instance import load_or_create_key_file
+from app.key_files import secret_kid, thumbprint
+from app.keys import EXTENSION_KEY as KEY_RING
 from app.keys import (
     create_private_file,
     load_key_ring,
     new_private_key_pem,
-    secret_kid,
-    thumbprint,
+    settings_key_ring,
 )
 from app.tokens import issue_cookie_token
 from tests.conftest import ROOT, bearer, free_port, fresh, login, make_token, valid_claims
+from tests.test_config import load_settings
 
 pytestmark = pytest.mark.store("sqlite")  # keys do not depend on the refresh-token store
 
@@ -203,7 +206,7 @@ def test_the_cookie_token_follows_the_same_keys(make_app, signing_secret):
     rotated = make_app(SIGNING_SECRET=current, SIGNING_SECRET_PREVIOUS=signing_secret)
     assert cookie_status(rotated.test_client(), old_cookie) == 200
     assert cookie_status(make_app(SIGNING_SECRET=current).test_client(), old_cookie) == 401
-    new_cookie = issue_cookie_token(USER, rotated.config["SETTINGS"].signing_keys, 60)
+    new_cookie = issue_cookie_token(USER, rotated.extensions[KEY_RING], 60)
     assert jwt.get_unverified_header(new_cookie)["kid"] == secret_kid(current.encode())
     unnamed = make_token(signing_secret, {"sub": USER, "exp": valid_claims()["exp"]})
     assert cookie_status(rotated.test_client(), unnamed) == 401  # no kid: current key only
@@ -242,13 +245,13 @@ def test_the_hand_made_hs256_token_is_accepted_with_the_right_secret(client, sig
 def test_previous_secrets_are_held_to_the_rules_of_the_secret(value, message):
     good = new_secret()
     with pytest.raises(ConfigError, match=message) as caught:
-        Settings.load({"SIGNING_SECRET_PREVIOUS": value.format(good=good)})
+        load_settings({"SIGNING_SECRET_PREVIOUS": value.format(good=good)})
     assert good not in str(caught.value)
 
 
 def test_secrets_are_left_out_of_the_settings_repr():
     secret, previous = new_secret(), new_secret()
-    shown = repr(Settings.load({"SIGNING_SECRET": secret, "SIGNING_SECRET_PREVIOUS": previous}))
+    shown = repr(load_settings({"SIGNING_SECRET": secret, "SIGNING_SECRET_PREVIOUS": previous}))
     assert secret not in shown
     assert previous not in shown
 
@@ -256,12 +259,12 @@ def test_secrets_are_left_out_of_the_settings_repr():
 @pytest.mark.parametrize("value", ["RS256", "none", "HS512", "Ed25519", ""])
 def test_the_signing_algorithm_is_hs256_eddsa_or_es256(value):
     with pytest.raises(ConfigError, match="SIGNING_ALGORITHM must be HS256, EdDSA, ES256"):
-        Settings.load({"SIGNING_ALGORITHM": value})
+        load_settings({"SIGNING_ALGORITHM": value})
 
 
 def test_the_signing_algorithm_is_hs256_by_default_and_read_in_any_case(tmp_path):
-    assert Settings.load().signing_algorithm == "HS256"
-    settings = Settings.load({"SIGNING_ALGORITHM": "eddsa", "INSTANCE_PATH": str(tmp_path)})
+    assert load_settings().signing_algorithm == "HS256"
+    settings = load_settings({"SIGNING_ALGORITHM": "eddsa", "INSTANCE_PATH": str(tmp_path)})
     assert settings.signing_algorithm == "EdDSA"
 
 
@@ -271,7 +274,7 @@ def test_a_secret_that_is_a_pem_key_refuses_to_start():
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode()
     with pytest.raises(ConfigError, match="SIGNING_SECRET looks like a PEM, DER or JSON key"):
-        Settings.load({"SIGNING_SECRET": pem})
+        load_settings({"SIGNING_SECRET": pem})
 
 
 # --- EdDSA and ES256: the JWKS -----------------------------------------------------------
@@ -509,7 +512,7 @@ def _bad_key_files(tmp_path: Path) -> dict[str, tuple[dict[str, str], str]]:
 def test_a_bad_key_file_refuses_to_start_in_one_line(tmp_path, case):
     settings, message = _bad_key_files(tmp_path)[case]
     with pytest.raises(ConfigError) as caught:
-        Settings.load({**settings, "INSTANCE_PATH": str(tmp_path / "instance")})
+        load_settings({**settings, "INSTANCE_PATH": str(tmp_path / "instance")})
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
 
@@ -520,9 +523,9 @@ def test_an_unreadable_key_file_refuses_to_start(tmp_path, monkeypatch):
     def denied(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr("app.keys.open", denied, raising=False)  # root may read anything
+    monkeypatch.setattr("app.key_files.open", denied, raising=False)  # root may read anything
     with pytest.raises(ConfigError, match=f"SIGNING_KEY_FILE {key_file} cannot be read: Perm"):
-        Settings.load({"SIGNING_ALGORITHM": "EdDSA", "SIGNING_KEY_FILE": str(key_file)})
+        load_settings({"SIGNING_ALGORITHM": "EdDSA", "SIGNING_KEY_FILE": str(key_file)})
 
 
 @pytest.mark.parametrize(
@@ -565,13 +568,13 @@ def test_the_key_is_generated_once_into_the_instance_folder(tmp_path, signing_al
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert serialization.load_pem_private_key(key_file.read_bytes(), None)
     again = create_app(settings).config["SETTINGS"]
-    assert again.signing_keys.current.kid == first.signing_keys.current.kid
+    assert settings_key_ring(again).current.kid == settings_key_ring(first).current.kid
     assert [path.name for path in instance.iterdir() if path.name.endswith(".tmp")] == []
 
 
 def _load_settings(instance: str, queue) -> None:
-    settings = Settings.load({"INSTANCE_PATH": instance, "SIGNING_ALGORITHM": "EdDSA"})
-    queue.put(settings.signing_keys.current.kid)
+    settings = load_settings({"INSTANCE_PATH": instance, "SIGNING_ALGORITHM": "EdDSA"})
+    queue.put(settings_key_ring(settings).current.kid)
 
 
 def test_processes_starting_together_agree_on_one_key(tmp_path):
@@ -668,7 +671,7 @@ def test_flask_keys_show_lists_the_key_files_never_a_private_key(make_app, tmp_p
     )
     result = app.test_cli_runner().invoke(args=["keys", "show"])
     assert result.exit_code == 0, result.output
-    ring = app.config["SETTINGS"].signing_keys
+    ring = app.extensions[KEY_RING]
     assert result.output.splitlines() == [
         f"current   ES256  {ring.current.kid}  SIGNING_KEY_FILE {current}",
         f"previous  EdDSA  {ring.previous[0].kid}  SIGNING_KEY_FILE_PREVIOUS {old}",

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.keys import EXTENSION_KEY as KEY_RING
 from app.store import token_digest
 from app.third_party_login.cross_site import origin_of
 from app.tokens import issue_access_token, issue_cookie_token
@@ -20,7 +21,7 @@ EVIL = "https://evil.example"
 
 
 def cookie_token(app, user=USER, lifetime: int = 600) -> str:
-    return issue_cookie_token(user, app.config["SETTINGS"].signing_keys, lifetime)
+    return issue_cookie_token(user, app.extensions[KEY_RING], lifetime)
 
 
 def me(client, token: str):
@@ -184,7 +185,7 @@ def test_a_store_down_is_503_on_me_and_logout_and_never_on_bearer_endpoints(make
     client, token = app.test_client(), cookie_token(app)
     assert me(client, token).status_code == 503  # fail closed: no token passes unchecked
     assert logout(client, token).status_code == 503  # and the cookie is kept, to retry
-    access_token = issue_access_token("alice", "user", app.config["SETTINGS"].signing_keys, 60)
+    access_token = issue_access_token("alice", "user", app.extensions[KEY_RING], 60)
     assert client.get("/user-accessible", headers=bearer(access_token)).status_code == 200
     assert me(client, "not.a.token").status_code == 401  # refused before the store is asked
 

@@ -23,8 +23,9 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
 import app.openapi
-from app.config import MAX_BODY_BYTES, PROVIDER_NAME
-from app.keys import ALGORITHMS, load_key_ring
+from app.config import ALGORITHMS, MAX_BODY_BYTES, PROVIDER_NAME
+from app.keys import EXTENSION_KEY as KEY_RING
+from app.keys import load_key_ring
 from app.openapi import OPTION_OFF, UNKNOWN_VERSION, merge_patch, service_version
 from app.request_body import DECIMAL, MAX_FORM_FIELDS
 from app.tokens import (
@@ -576,7 +577,7 @@ def test_third_party_login_answers_match_the_document(make_app, provider):
 def test_cookie_user_answer_matches_the_document(client, document, app):
     settings = app.config["SETTINGS"]
     user = {"source": "corp", "id": "248289761001", "shownName": "Alice Smith"}
-    token = issue_cookie_token(user, settings.signing_keys, 60)
+    token = issue_cookie_token(user, app.extensions[KEY_RING], 60)
     client.set_cookie(settings.auth_cookie_name, token)
     response = client.get("/api/v1/me")
     assert response.get_json() == user

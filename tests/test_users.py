@@ -17,9 +17,10 @@ import jwt
 import pytest
 from argon2 import PasswordHasher, extract_parameters
 
-from app.config import ConfigError, Settings
+from app.config import ConfigError
 from app.users import HASHER, UserDirectory, change_users
 from tests.conftest import ROOT, fresh, wait_until
+from tests.test_config import load_settings
 from tests.test_openapi import assert_documented, document_of
 
 pytestmark = pytest.mark.store("sqlite")  # the directory does not depend on the token store
@@ -295,7 +296,7 @@ def test_a_missing_file_refuses_every_login_until_one_is_added(make_app, users_f
 def test_a_malformed_file_refuses_to_start(users_file, tmp_path, contents, problem):
     users_file.write_bytes(contents)
     with pytest.raises(ConfigError) as error:
-        Settings.load({"USERS_FILE": str(users_file), "INSTANCE_PATH": str(tmp_path)})
+        load_settings({"USERS_FILE": str(users_file), "INSTANCE_PATH": str(tmp_path)})
     assert str(error.value).startswith(f"USERS_FILE {users_file}: {problem}")
 
 
@@ -305,12 +306,12 @@ def test_an_argon2i_hash_is_refused(users_file, tmp_path):
     hashed = PasswordHasher(type=Type.I).hash(PASSWORD)
     users_file.write_text(json.dumps({"alice": hashed}))
     with pytest.raises(ConfigError, match="is not an Argon2id hash"):
-        Settings.load({"USERS_FILE": str(users_file), "INSTANCE_PATH": str(tmp_path)})
+        load_settings({"USERS_FILE": str(users_file), "INSTANCE_PATH": str(tmp_path)})
 
 
 def test_a_users_file_in_a_missing_folder_refuses_to_start(tmp_path):
     with pytest.raises(ConfigError, match=f"USERS_FILE: the folder {tmp_path / 'no'} does not"):
-        Settings.load(
+        load_settings(
             {"USERS_FILE": str(tmp_path / "no" / "u.json"), "INSTANCE_PATH": str(tmp_path)}
         )
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import click
 from flask.cli import AppGroup
 
-from app.config import current_settings
-from app.keys import EDDSA, ES256, HS256, create_private_file, new_private_key_pem, private_key_file
+from app.keys import (
+    EDDSA,
+    ES256,
+    HS256,
+    create_private_file,
+    get_key_ring,
+    new_private_key_pem,
+    private_key_file,
+)
+from app.settings import current_settings
 
 keys = AppGroup("keys", help="Make and show signing keys (shown by kid, never in clear).")
 
@@ -35,7 +43,7 @@ def generate_key_command(path: str, algorithm: str | None) -> None:
 @keys.command("show")
 def show_keys_command() -> None:
     """Print the current key and the previous ones: role, algorithm, kid and source."""
-    ring = current_settings().signing_keys
+    ring = get_key_ring()
     for key in ring.keys:
         role = "current" if key is ring.current else "previous"
         click.echo(f"{role:<8}  {key.algorithm:<5}  {key.kid}  {key.source}")

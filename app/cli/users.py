@@ -14,9 +14,9 @@ from flask.cli import AppGroup
 from flask.logging import default_handler
 
 from app.cli.arguments import read_one_line, valid_username
-from app.config import current_settings
 from app.events import Event
 from app.logging_config import logging_config
+from app.settings import current_settings
 from app.users import (
     HASHER,
     MIN_PASSWORD_LENGTH,

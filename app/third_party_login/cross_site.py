@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from flask import request
 
-from app.config import current_settings
+from app.settings import current_settings
 
 #: Ports a browser leaves out of an origin.
 DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -10,13 +10,14 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests, Unauthorized
 from werkzeug.routing import BaseConverter
 
-from app.config import current_settings
 from app.events import Event, Reason
+from app.keys import get_key_ring
 from app.rate_limit import CountersUnavailableError, get_rate_limiter
 from app.rate_limit.login_failures import get_login_failure_limit
 from app.request_body import optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
+from app.settings import current_settings
 from app.store import Outcome, get_store, shown_digest
 from app.tokens import (
     MAX_USERNAME_LENGTH,
@@ -185,4 +186,4 @@ def _access_token(username: str) -> str:
     """Return an access token for ``username`` with the role the settings give it."""
     settings = current_settings()
     role = role_for(username, settings.admin_username)
-    return issue_access_token(username, role, settings.signing_keys, settings.access_token_lifetime)
+    return issue_access_token(username, role, get_key_ring(), settings.access_token_lifetime)

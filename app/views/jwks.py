@@ -9,7 +9,8 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import NotFound
 
-from app.config import current_settings
+from app.keys import get_key_ring
+from app.settings import current_settings
 
 bp = Blueprint("jwks", __name__)
 
@@ -22,7 +23,7 @@ JWKS_MAX_AGE = 300
 def jwks() -> Response:
     """Answer the current and previous public keys, each with kid, alg and use."""
     settings = current_settings()
-    published = settings.signing_keys.jwks
+    published = get_key_ring().jwks
     if published is None:
         raise NotFound()
     response = jsonify(published)

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, url_for
 from werkzeug.exceptions import Forbidden, NotFound
 
-from app.config import Settings, current_settings
+from app.config import Settings
 from app.events import Reason
+from app.keys import get_key_ring
 from app.request_log import note
 from app.responses import bodiless
 from app.security import log_out_cookie_token
+from app.settings import current_settings
 from app.third_party_login import ROUTE_PREFIX, login_flow
 from app.third_party_login.cross_site import is_cross_site
 from app.tokens import issue_cookie_token
@@ -42,7 +44,7 @@ def callback(provider: str) -> Response:
     """Check the provider's answer, set the cookie token, send the browser onwards."""
     user = _flow_of(provider).logged_in_user(provider)
     settings = current_settings()
-    cookie_token = issue_cookie_token(user, settings.signing_keys, settings.cookie_token_lifetime)
+    cookie_token = issue_cookie_token(user, get_key_ring(), settings.cookie_token_lifetime)
     response = bodiless(302, Location=settings.login_redirect_url)
     response.set_cookie(
         value=cookie_token, max_age=settings.cookie_token_lifetime, **_auth_cookie(settings)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 
-from app.config import current_settings
 from app.metrics_scrape import metrics_response
 from app.openapi import openapi_json
 from app.responses import json_response
+from app.settings import current_settings
 from app.store import get_store
 
 bp = Blueprint("ops", __name__)

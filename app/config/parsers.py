@@ -1,0 +1,244 @@
+"""One parser per kind of setting: ``parse(name, text) -> value``, raising ConfigError.
+
+Each takes the environment variable's name (for its message) and its text, and
+returns the typed value or raises ConfigError in one line. Nothing here touches a
+file: checks of paths on disk are ``app.instance``'s.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Callable
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from limits import RateLimitItem, parse_many
+
+from app.store_url import parse_store_url
+from app.usernames import MAX_USERNAME_LENGTH, token_username_problem
+
+T = TypeVar("T")
+Choice = TypeVar("Choice", bound=str)
+#: What every parser is: the variable's name and text in, the setting's value out.
+Parser = Callable[[str, str], T]
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Minimum length of the HS256 signing secret, in bytes (RFC 7518, section 3.2).
+MIN_SECRET_BYTES = 32
+#: Secrets that the project's own docs and examples have shown: public, so never usable.
+PUBLISHED_SECRETS = frozenset({"change-me-to-48-random-url-safe-characters-from-secrets"})
+HOW_TO_GENERATE_ONE = (
+    "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(48))'"
+)
+LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
+PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+#: A rate limit's window of zero: ``5 per 0 seconds``, ``5/0 minute``.
+ZERO_WINDOW = re.compile(r"(/|\bper)\s*0+\s*[a-z]", re.IGNORECASE)
+#: The schemes of TOKEN_STORE_URL: SQLite, then Redis (TCP, TLS, a Unix socket).
+
+
+class ConfigError(ValueError):
+    """A setting has a value the service cannot start with."""
+
+
+def non_empty(name: str, value: str) -> str:
+    if not value:
+        raise ConfigError(f"{name} must not be empty")
+    return value
+
+
+def int_between(low: int, high: int) -> Parser[int]:
+    def parse(name: str, value: str) -> int:
+        try:
+            number = int(value.strip(), 10)
+        except ValueError:
+            raise ConfigError(f"{name} must be a whole number, got {value!r}") from None
+        if not low <= number <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {number}")
+        return number
+
+    return parse
+
+
+def seconds_between(low: float, high: float) -> Parser[float]:
+    def parse(name: str, value: str) -> float:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+        if not low <= number <= high:  # also refuses nan
+            raise ConfigError(f"{name} must be between {low} and {high} seconds, got {value!r}")
+        return number
+
+    return parse
+
+
+def boolean(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def choice(
+    choices: tuple[Choice, ...], *, verb: str = "be one of", got: bool = True
+) -> Parser[Choice]:
+    """Return a parser of one of ``choices``, matched whatever its case, as it is spelled there."""
+
+    def parse(name: str, value: str) -> Choice:
+        for option in choices:
+            if value.strip().lower() == option.lower():
+                return option
+        shown = f", got {value!r}" if got else ""
+        raise ConfigError(f"{name} must {verb} {', '.join(choices)}{shown}")
+
+    return parse
+
+
+def secret(name: str, value: str) -> str:
+    if len(value.encode()) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"{name} must be at least {MIN_SECRET_BYTES} bytes long; {HOW_TO_GENERATE_ONE}"
+        )
+    if value.strip() in PUBLISHED_SECRETS:
+        raise ConfigError(
+            f"{name} is the example value from the project's docs, known to everyone; "
+            + HOW_TO_GENERATE_ONE
+        )
+    return value
+
+
+def previous_secrets(name: str, value: str) -> tuple[str, ...]:
+    items = [item.strip() for item in value.split(",")]
+    return tuple(
+        secret(f"{name} (secret {number})", item)
+        for number, item in enumerate((item for item in items if item), 1)
+    )
+
+
+def rate_limits(name: str, value: str) -> tuple[RateLimitItem, ...]:
+    """Parse limits in Flask-Limiter's notation (``20 per second; 600 per minute``), or off."""
+    text = value.strip()
+    if text.lower() == "off":
+        return ()
+    example = "e.g. '20 per second; 600 per minute', or off"
+    # limits reads a window of 0 seconds as 1: refuse it rather than guess
+    if ZERO_WINDOW.search(text):
+        raise ConfigError(f"{name}: a window must be at least 1, got {value!r} ({example})")
+    try:
+        items = parse_many(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be rate limits, {example}; got {value!r}") from None
+    if any(item.amount < 1 for item in items):
+        raise ConfigError(f"{name}: a limit must allow at least 1 request (or {name}=off)")
+    unique = {(item.amount, item.get_expiry()): item for item in items}  # each counted once
+    return tuple(sorted(unique.values(), key=lambda item: item.get_expiry()))
+
+
+def networks(name: str, value: str) -> tuple[IPNetwork, ...]:
+    found = []
+    for item in (item.strip() for item in value.split(",")):
+        if not item:
+            continue
+        try:
+            found.append(ipaddress.ip_network(item))
+        except ValueError:
+            raise ConfigError(
+                f"{name} must be comma-separated addresses or networks"
+                f" (e.g. 127.0.0.0/8, ::1, 10.0.0.0/8), got {item!r}"
+            ) from None
+    return tuple(found)
+
+
+def absolute_path(name: str, value: str) -> str:
+    return os.path.abspath(non_empty(name, value))
+
+
+def absolute_paths(name: str, value: str) -> tuple[str, ...]:
+    return tuple(os.path.abspath(item.strip()) for item in value.split(",") if item.strip())
+
+
+def admin_username(name: str, value: str) -> str:
+    if len(non_empty(name, value)) > MAX_USERNAME_LENGTH:
+        raise ConfigError(
+            f"{name} must be at most {MAX_USERNAME_LENGTH} characters, the longest username"
+            " that can log in"
+        )
+    if problem := token_username_problem(value):  # the rule of every username that logs in
+        raise ConfigError(f"{name} {problem}")
+    return value
+
+
+def host(name: str, value: str) -> str:
+    bare = value.strip().removeprefix("[").removesuffix("]")
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        if HOST_NAME.fullmatch(bare):
+            return bare
+    raise ConfigError(f"{name} must be an IP address or a host name, got {value!r}")
+
+
+def cookie_name(name: str, value: str) -> str:
+    # RFC 6265 token: visible ASCII except separators
+    if not value or any(
+        not 33 <= ord(char) <= 126 or char in '()<>@,;:\\"/[]?={}' for char in value
+    ):
+        raise ConfigError(f"{name} must be a cookie name (letters, digits, !#$%&'*+-.^_`|~)")
+    return value
+
+
+def url(name: str, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ConfigError(f"{name} must be an http(s) URL, got {value!r}")
+    if parts.scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
+        raise ConfigError(f"{name} must use https (http is allowed on loopback only)")
+    return value.rstrip("/")
+
+
+def redirect_target(name: str, value: str) -> str:
+    if value.startswith("/") and not value.startswith("//"):
+        return value
+    return url(name, value)
+
+
+def provider_names(name: str, value: str) -> tuple[str, ...]:
+    names = tuple(item.strip() for item in value.split(",") if item.strip())
+    for provider in names:
+        if not PROVIDER_NAME.fullmatch(provider):
+            raise ConfigError(f"{name}: provider names are lowercase a-z, 0-9, - and _")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{name} names a provider twice")
+    return names
+
+
+def store_url(name: str, value: str) -> str:
+    """Return a store URL a backend can use; only its form is checked here, not its place."""
+    try:
+        location = parse_store_url(non_empty(name, value))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if location.backend == "sqlite":
+        if location.path in {"", ":memory:"}:
+            raise ConfigError(f"{name} needs a file path: sqlite:///<path>")
+        return value
+    from redis.connection import parse_url  # only deployments on Redis need redis-py
+
+    try:
+        parse_url(value)
+        database = urlsplit(value).path.strip("/")
+        if value.startswith(("redis://", "rediss://")) and database and not database.isdigit():
+            raise ValueError("the database must be a number")
+    except ValueError:  # redis-py's message may quote part of the password: not shown
+        raise ConfigError(
+            f"{name} is not a usable Redis URL: check the host, the port, the database"
+            " number, and that a password with / : @ is percent-encoded"
+        ) from None
+    return value

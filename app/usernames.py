@@ -1,0 +1,41 @@
+"""The rule every username follows, at login, in a token and in the settings."""
+
+from __future__ import annotations
+
+import re
+
+#: Longest username accepted at login and in a token, in characters.
+MAX_USERNAME_LENGTH = 256
+#: Characters no username may hold, as it travels into claims, log lines and HTTP headers:
+#: C0 and C1 controls and DEL (NUL, CR, LF...), the Unicode line and paragraph separators,
+#: and the bidirectional embeddings, overrides and isolates, which reorder how a log line
+#: reads. Other format characters and every letter, space and emoji are allowed.
+UNSAFE_USERNAME_RANGES = r"\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+UNSAFE_USERNAME_CHARACTERS = re.compile(f"[{UNSAFE_USERNAME_RANGES}]")
+#: The rule as a JSON Schema pattern (ECMA-262, which Python's re reads alike): none of
+#: those characters, and one at least that is not whitespace.
+USERNAME_PATTERN = (
+    f"^[^{UNSAFE_USERNAME_RANGES}]*[^\\s{UNSAFE_USERNAME_RANGES}][^{UNSAFE_USERNAME_RANGES}]*$"
+)
+#: Why the separators and the bidirectional controls are refused; the rest are controls.
+_UNSAFE_USERNAME_REASONS = (
+    ("\u2028\u2029", "must not contain line or paragraph separators"),
+    (
+        "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+        "must not contain bidirectional text controls",
+    ),
+)
+
+
+def token_username_problem(username: str) -> str | None:
+    """Return why ``username`` may not be signed into a token (``must not ...``), or None."""
+    unsafe = UNSAFE_USERNAME_CHARACTERS.search(username)
+    if unsafe is not None:
+        found = unsafe.group()
+        for characters, reason in _UNSAFE_USERNAME_REASONS:
+            if found in characters:
+                return reason
+        return "must not contain control characters"
+    if username.isspace():
+        return "must not be only whitespace"
+    return None
