@@ -5,7 +5,14 @@ BIN := $(VENV)/bin
 # Stamps: what serving needs (make run), and the whole development set (test, lint...).
 INSTALLED_RUNTIME := $(VENV)/.installed-runtime
 INSTALLED := $(VENV)/.installed
-PIP_INSTALL = $(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes
+VENV_PIP := $(BIN)/pip
+# pip for the virtualenv: its own, else this Python's pip installing into it (pip 22.3+,
+# --python), which spares the first `make run` making a pip of the virtualenv's own.
+PIP = $$(if $(BIN)/python -m pip --version >/dev/null 2>&1; then echo $(BIN)/python -m pip; \
+  elif $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1; then \
+    echo $(PYTHON) -m pip --python $(BIN)/python; \
+  else $(BIN)/python -m ensurepip --default-pip >/dev/null && echo $(BIN)/python -m pip; fi)
+PIP_INSTALL = $(PIP) install --quiet --disable-pip-version-check --require-hashes
 OIDC_PROVIDER := tests/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 SERVER_MARKERS := gunicorn or redis or nginx or oidc
@@ -42,16 +49,24 @@ venv:  ## a Python 3.11+ virtualenv in .venv (one that cannot run is reported, n
 	    else problem="has a Python that cannot run ($(BIN)/python)"; fi; \
 	    echo "make: the virtualenv $(VENV) $$problem;" \
 	      "remove it (rm -rf $(VENV)) and run make again" >&2; exit 1; }; \
-	else $(PYTHON) -m venv $(VENV); fi
+	else $(PYTHON) -m venv --without-pip $(VENV); fi
 
+# Serving: no byte-compiling of every module at install (the ones gunicorn imports are
+# compiled as it imports them).
 $(INSTALLED_RUNTIME): requirements.txt | venv
-	$(PIP_INSTALL) -r requirements.txt
+	@echo "pip install --require-hashes -r requirements.txt  # into $(VENV)"
+	@$(PIP_INSTALL) --no-compile -r requirements.txt
 	touch $@
 
-# The development set holds the runtime set at the very same versions.
-$(INSTALLED): requirements.txt requirements-dev.txt | venv
-	$(PIP_INSTALL) -r requirements-dev.txt
+# The development set holds the runtime set at the very same versions; the tools (and
+# make requirements) use the virtualenv's own pip.
+$(INSTALLED): requirements.txt requirements-dev.txt | $(VENV_PIP)
+	@echo "pip install --require-hashes -r requirements-dev.txt  # into $(VENV)"
+	@$(PIP_INSTALL) -r requirements-dev.txt
 	touch $@ $(INSTALLED_RUNTIME)
+
+$(VENV_PIP): | venv
+	$(BIN)/python -m ensurepip --default-pip >/dev/null
 
 # The OpenID Connect provider of the end-to-end tests (skipped, or failed in CI, without npm).
 $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
@@ -93,7 +108,7 @@ format: $(INSTALLED)  ## ruff: fix what it can, format
 # The dev set is resolved first, so the runtime pins are the very versions the tests run on.
 # Pins already in the files are kept unless ARGS asks for newer ones (README, Dependencies);
 # a file left with merge-conflict markers starts again from its committed version.
-requirements: | venv  ## pin and hash requirements*.txt from pyproject.toml (ARGS=--upgrade: newest)
+requirements: | $(VENV_PIP)  ## pin and hash requirements*.txt from pyproject.toml (ARGS=--upgrade: newest)
 	@uv="$(UV_REQUIREMENT)" && echo "pip install $$uv" \
 	  && $(BIN)/python -m pip install --quiet --disable-pip-version-check "$$uv"
 	@for file in requirements-dev.txt requirements.txt; do \
