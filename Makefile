@@ -106,7 +106,7 @@ format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff format .
 
 # The dev set is resolved first, so the runtime pins are the very versions the tests run on.
-# Pins already in the files are kept unless ARGS asks for newer ones (README, Dependencies);
+# Pins already in the files are kept unless ARGS asks for newer ones (docs/development.md);
 # a file left with merge-conflict markers starts again from its committed version.
 requirements: | $(VENV_PIP)  ## pin and hash requirements*.txt from pyproject.toml (ARGS=--upgrade: newest)
 	@uv="$(UV_REQUIREMENT)" && echo "pip install $$uv" \
