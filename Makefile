@@ -72,10 +72,10 @@ $(VENV_PIP): | venv
 $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 	if command -v npm >/dev/null; then npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund --loglevel=error; fi
 
-# gunicorn replaces the recipe's shell (exec): signals reach it directly, and a start-up
-# error is its one line (then make's own, exit status 2).
+# A plain command, so make starts gunicorn itself, with no shell between them: signals
+# reach it directly. A start-up error is its one line (then make's own, exit status 2).
 run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 in a container)
-	@exec $(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
+	@$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store
 	$(BIN)/python -m pytest
