@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
+import textwrap
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import requests
 
 from app.config import ConfigError, Settings
-from tests.conftest import ROOT, require_tool, which
+from tests.conftest import ROOT, free_port, require_tool, stop_process, wait_until, which
+from tests.oidc_harness import node_unavailable_reason, walk_login
 
 README = (ROOT / "README.md").read_text()
 DOCS = ROOT / "docs"
@@ -31,7 +36,9 @@ def marked_block(text: str, name: str) -> str:
 
 
 def shell_blocks(text: str) -> list[str]:
-    return re.findall(r"^```(?:sh|bash)\n(.*?)^```", text, re.S | re.M)
+    """Return the page's sh blocks, those indented in a list item included, dedented."""
+    blocks = re.findall(r"^ *```(?:sh|bash)\n(.*?)^ *```", text, re.S | re.M)
+    return [textwrap.dedent(block) for block in blocks]
 
 
 def script_body(path: Path) -> str:
@@ -211,3 +218,62 @@ def test_readme_quick_start_runs_against_gunicorn(gunicorn_server):
     assert lines[1:3] == ['{"message":"No access"}', "403"]
     assert re.fullmatch(r'\{"accessToken":"[^"]+"\}', lines[3])
     assert lines[4:] == ["204"]
+
+
+@pytest.mark.oidc
+@pytest.mark.gunicorn
+@pytest.mark.store("sqlite")
+def test_third_party_login_tried_locally_as_the_page_says(tmp_path):
+    """The commands of docs/third-party-login.md's "Try it locally", on free ports."""
+    reason = node_unavailable_reason()
+    require_tool(reason is None, "node and the oidc-provider package", str(reason))
+    text = (DOCS / "third-party-login.md").read_text()
+    provider_block, service_block = shell_blocks(text[text.index("## Try it locally") :])
+    provider_port, service_port = free_port(), free_port()
+
+    def command(block: str) -> str:
+        lines = [line for line in block.splitlines() if not line.startswith("npm ")]
+        local = "\n".join(lines).replace("9000", str(provider_port))
+        local = local.replace("8080", str(service_port))
+        gunicorn = f"{sys.prefix}/bin/gunicorn -c gunicorn.conf.py wsgi:app"
+        return "exec env " + local.replace("make run", gunicorn)  # one process, stopped by its PID
+
+    # make run's PORT is 8080 by default: here the free one, as the callback says
+    env = {
+        "PATH": os.environ["PATH"],
+        "INSTANCE_PATH": str(tmp_path / "instance"),
+        "PORT": str(service_port),
+    }
+    processes = []
+    for block, name in ((provider_block, "provider"), (service_block, "service")):
+        with (tmp_path / f"{name}.log").open("wb") as log:
+            bash = ["bash", "-c", command(block)]
+            process = subprocess.Popen(bash, cwd=ROOT, env=env, stdout=log, stderr=log)
+            processes.append(process)
+    base = f"http://127.0.0.1:{service_port}"
+    try:
+        with requests.Session() as browser:
+            browser.trust_env = False
+            wait_until(lambda: answers(browser, f"{base}/healthz"), 30, "the service")
+            issuer = f"http://127.0.0.1:{provider_port}"
+            wait_until(
+                lambda: answers(browser, f"{issuer}/.well-known/openid-configuration"),
+                30,
+                "the provider",
+            )
+            start = browser.get(f"{base}/auth/local/login", allow_redirects=False, timeout=10)
+            back = walk_login(browser, start.headers["Location"], "alice", "any")
+            landed = browser.get(back.headers["Location"], timeout=10)
+            assert landed.url == f"{base}/api/v1/me"
+            assert landed.json() == {"source": "local", "id": "alice", "shownName": "Alice Example"}
+    finally:
+        for process in processes:
+            stop_process(process)
+    assert '`{"source":"local","id":"alice","shownName":"Alice Example"}`' in text
+
+
+def answers(session: requests.Session, url: str) -> bool:
+    try:
+        return session.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
