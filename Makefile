@@ -2,7 +2,17 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Stamps: what serving needs (make run), and the whole development set (test, lint...).
+INSTALLED_RUNTIME := $(VENV)/.installed-runtime
 INSTALLED := $(VENV)/.installed
+VENV_PIP := $(BIN)/pip
+# pip for the virtualenv: its own, else this Python's pip installing into it (pip 22.3+,
+# --python), which spares the first `make run` making a pip of the virtualenv's own.
+PIP = $$(if $(BIN)/python -m pip --version >/dev/null 2>&1; then echo $(BIN)/python -m pip; \
+  elif $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1; then \
+    echo $(PYTHON) -m pip --python $(BIN)/python; \
+  else $(BIN)/python -m ensurepip --default-pip >/dev/null && echo $(BIN)/python -m pip; fi)
+PIP_INSTALL = $(PIP) install --quiet --disable-pip-version-check --require-hashes
 OIDC_PROVIDER := tests/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 SERVER_MARKERS := gunicorn or redis or nginx or oidc
@@ -21,25 +31,51 @@ COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
 
-venv:  ## a Python 3.11+ virtualenv in .venv (one an older Python made is replaced)
+# Each failure is one line (make adds its own `make: *** ... Error 1` and exits 2). A
+# virtualenv whose Python cannot run, or is too old, is left alone: the line says how to fix.
+venv:  ## a Python 3.11+ virtualenv in .venv (one that cannot run is reported, never removed)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
-	  echo "make: Python 3.11 or newer is needed, but $(PYTHON) is" \
-	    "$$($(PYTHON) --version 2>&1 || echo missing); try: make PYTHON=python3.11 ..." >&2; \
-	  exit 1; }
-	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-	  || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	  if version=$$($(PYTHON) --version 2>&1 </dev/null); then \
+	    echo "make: Python 3.11 or newer is needed, but $(PYTHON) is $$version;" \
+	      "try: make PYTHON=python3.11 ..." >&2; \
+	  else \
+	    echo "make: Python 3.11 or newer is needed, but $(PYTHON) was not found;" \
+	      "try: make PYTHON=python3.11 ..." >&2; \
+	  fi; exit 1; }
+	@if [ -e $(BIN)/python ] || [ -L $(BIN)/python ]; then \
+	  $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	    if version=$$($(BIN)/python --version 2>/dev/null </dev/null); then \
+	      problem="has $$version, and 3.11 or newer is needed"; \
+	    else problem="has a Python that cannot run ($(BIN)/python)"; fi; \
+	    echo "make: the virtualenv $(VENV) $$problem;" \
+	      "remove it (rm -rf $(VENV)) and run make again" >&2; exit 1; }; \
+	else $(PYTHON) -m venv --without-pip $(VENV); fi
 
-$(INSTALLED): requirements.txt requirements-dev.txt | venv
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes \
-	  -r requirements-dev.txt
+# Serving: no byte-compiling of every module at install (the ones gunicorn imports are
+# compiled as it imports them).
+$(INSTALLED_RUNTIME): requirements.txt | venv
+	@echo "pip install --require-hashes -r requirements.txt  # into $(VENV)"
+	@$(PIP_INSTALL) --no-compile -r requirements.txt
 	touch $@
+
+# The development set holds the runtime set at the very same versions; the tools (and
+# make requirements) use the virtualenv's own pip.
+$(INSTALLED): requirements.txt requirements-dev.txt | $(VENV_PIP)
+	@echo "pip install --require-hashes -r requirements-dev.txt  # into $(VENV)"
+	@$(PIP_INSTALL) -r requirements-dev.txt
+	touch $@ $(INSTALLED_RUNTIME)
+
+$(VENV_PIP): | venv
+	$(BIN)/python -m ensurepip --default-pip >/dev/null
 
 # The OpenID Connect provider of the end-to-end tests (skipped, or failed in CI, without npm).
 $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 	if command -v npm >/dev/null; then npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund --loglevel=error; fi
 
-run: $(INSTALLED)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 in a container)
-	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
+# A plain command, so make starts gunicorn itself, with no shell between them: signals
+# reach it directly. A start-up error is its one line (then make's own, exit status 2).
+run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 in a container)
+	@$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store
 	$(BIN)/python -m pytest
@@ -71,9 +107,9 @@ format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff format .
 
 # The dev set is resolved first, so the runtime pins are the very versions the tests run on.
-# Pins already in the files are kept unless ARGS asks for newer ones (README, Dependencies);
+# Pins already in the files are kept unless ARGS asks for newer ones (docs/development.md);
 # a file left with merge-conflict markers starts again from its committed version.
-requirements: | venv  ## pin and hash requirements*.txt from pyproject.toml (ARGS=--upgrade: newest)
+requirements: | $(VENV_PIP)  ## pin and hash requirements*.txt from pyproject.toml (ARGS=--upgrade: newest)
 	@uv="$(UV_REQUIREMENT)" && echo "pip install $$uv" \
 	  && $(BIN)/python -m pip install --quiet --disable-pip-version-check "$$uv"
 	@for file in requirements-dev.txt requirements.txt; do \

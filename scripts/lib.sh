@@ -9,9 +9,25 @@
 # they go to curl through files in a private temporary folder, removed on exit.
 set -euo pipefail
 
+SCRIPT=${0##*/}
+
+# help: the calling script's header comment (its lines after the shebang up to the first
+# line that is not a comment, without "# "), on stdout.
+help() {
+    sed -n '2,/^[^#]/{/^#/!d; /^# shellcheck/d; s/^# \{0,1\}//; p}' "$0"
+}
+
+# -h or --help prints the script's usage; `--` ends the options, so an argument that
+# starts with a dash (a username, say) follows it; any other option is a usage error
+# (never taken for a username or a token).
+case ${1-} in
+-h | --help) help; exit 0 ;;
+--) shift ;;
+-[A-Za-z-]*) printf 'usage: unknown option %s; try: %s --help\n' "${1//[^[:graph:]]/?}" "$SCRIPT" >&2; exit 2 ;;
+esac
+
 BASE_URL=${BASE_URL:-http://127.0.0.1:8080}
 BASE_URL=${BASE_URL%/}
-SCRIPT=${0##*/}
 SCRATCH=$(mktemp -d)
 trap 'rm -rf -- "$SCRATCH"' EXIT
 

@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
-# The README's walk-through, runnable against a live server: BASE_URL=http://host:port
+# The walk-through of docs/walkthrough.md, runnable against a live server:
+#
+#   scripts/walkthrough.sh
+#   BASE_URL   the service, default http://127.0.0.1:8080
+#
+# Prints each step's answer; stops at the first step that answers otherwise than expected.
 set -euo pipefail
+case ${1-} in
+-h | --help) sed -n '2,/^[^#]/{/^#/!d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+?*) printf 'usage: %s takes no arguments; try: %s --help\n' "${0##*/}" "${0##*/}" >&2; exit 2 ;;
+esac
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 BASE_URL=${BASE_URL:-http://127.0.0.1:8080}
 export BASE_URL   # read by every scripts/*.sh
+# Access tokens last ACCESS_TOKEN_LIFETIME seconds, 60 by default: typed by hand, these
+# steps outlive the token and answer 401. Start the service with a longer lifetime,
+# ACCESS_TOKEN_LIFETIME=600 make run, or log in again (step 1) when a step answers 401.
 
 # 1. Log in (JSON body; the password is not checked, any username is accepted)
 LOGIN=$(scripts/login.sh alice any)

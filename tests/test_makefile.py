@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, which
+from tests.conftest import ROOT, free_port, which
 
 pytestmark = pytest.mark.skipif(which("make") is None, reason="needs make")
 
@@ -50,18 +53,76 @@ def test_make_refuses_an_old_python_in_one_line_and_makes_no_venv(tmp_path):
     assert not venv.exists()
 
 
-def test_make_replaces_a_venv_left_by_an_old_python(tmp_path):
+def test_make_names_a_missing_python_in_one_line(tmp_path):
+    venv = tmp_path / "venv"
+    result = make("PYTHON=python3.99-not-installed", f"VENV={venv}", "venv")
+    assert result.returncode == 2  # make's status for a failed recipe
+    assert only_the_line(result.stderr, "venv") == (
+        "make: Python 3.11 or newer is needed, but python3.99-not-installed was not found;"
+        " try: make PYTHON=python3.11 ..."
+    )
+    assert not venv.exists()
+
+
+@pytest.mark.parametrize(
+    ("interpreter", "problem"),
+    [
+        ("#!/bin/sh\nexit 1\n", "has a Python that cannot run ({python})"),
+        (
+            '#!/bin/sh\n[ "$1" = --version ] && echo "Python 3.9.2" && exit 0\nexit 1\n',
+            "has Python 3.9.2, and 3.11 or newer is needed",
+        ),
+    ],
+)
+def test_make_reports_a_venv_whose_python_cannot_run_and_keeps_it(tmp_path, interpreter, problem):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     stale = venv / "bin" / "python"
-    stale.write_text("#!/bin/sh\nexit 1\n")  # an interpreter older than 3.11
+    stale.write_text(interpreter)
     stale.chmod(0o755)
     (venv / "leftover").write_text("x")
     result = make(f"VENV={venv}", "venv")
-    assert result.returncode == 0, result.stderr
-    assert not (venv / "leftover").exists()
-    version = subprocess.run(
-        [venv / "bin" / "python", "-c", "import sys; print(sys.version_info >= (3, 11))"],
-        capture_output=True, text=True, timeout=30,
+    assert result.returncode == 2
+    assert only_the_line(result.stderr, "venv") == (
+        f"make: the virtualenv {venv} {problem.format(python=stale)};"
+        f" remove it (rm -rf {venv}) and run make again"
+    )
+    assert (venv / "leftover").read_text() == "x"  # nothing of the user's is removed
+    assert stale.read_text() == interpreter
+
+
+def test_make_run_shows_a_configuration_error_as_the_services_one_line(tmp_path):
+    venv = Path(sys.prefix)  # the installed virtualenv; -o: its stamp is not remade
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), f"VENV={venv}",
+         "-o", f"{venv}/.installed-runtime", "run"],
+        env={**os.environ, "METRICS": "maybe", "INSTANCE_PATH": str(tmp_path / "instance"),
+             "PORT": str(free_port())},
+        capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert version.stdout.strip() == "True"
+    # gunicorn's line, then make's own: GNU make exits 2 for any failed recipe
+    assert only_the_line(result.stderr, "run").startswith("configuration error: METRICS ")
+    assert result.returncode == 2
+    assert result.stdout == ""  # the recipe is not echoed
+
+
+def test_make_run_installs_only_what_serving_needs():
+    plan = make("-n", "VENV=/nonexistent-venv", "run").stdout
+    assert "-r requirements.txt" in plan
+    assert "requirements-dev.txt" not in plan
+    assert "touch /nonexistent-venv/.installed-runtime" in plan
+    assert plan.splitlines()[-1] == "/nonexistent-venv/bin/gunicorn -c gunicorn.conf.py wsgi:app"
+
+
+def test_make_test_installs_the_development_set():
+    plan = make("-n", "VENV=/nonexistent-venv", "/nonexistent-venv/.installed").stdout
+    assert "-r requirements-dev.txt" in plan
+    # the development set holds the runtime set: make run then installs nothing more
+    assert "touch /nonexistent-venv/.installed /nonexistent-venv/.installed-runtime" in plan
+
+
+def only_the_line(stderr: str, target: str) -> str:
+    """Return the one line of a failure, checking that make's own line alone follows it."""
+    line, make_line = stderr.splitlines()
+    assert re.fullmatch(rf"make: \*\*\* \[Makefile:[0-9]+: {target}\] Error 1", make_line)
+    return line

@@ -70,6 +70,39 @@ def assert_one_line_failure(result: subprocess.CompletedProcess, status: int = 1
     return result.stderr
 
 
+# --- usage, without a request ---------------------------------------------------------
+
+#: Every script one runs (lib.sh is sourced by them).
+RUNNABLE = sorted(path.name for path in SCRIPTS.glob("*.sh") if path.name != "lib.sh")
+#: Nothing listens there: a script that sent a request would fail with "no answer".
+NOWHERE = "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("script", RUNNABLE)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_script_answers_help_with_its_usage_and_sends_nothing(script, flag):
+    result = run(script, flag, base_url=NOWHERE, LOGIN_USERNAME="", ACCESS_TOKEN=ACCESS)
+    assert (result.returncode, result.stderr) == (0, "")
+    header = (SCRIPTS / script).read_text().splitlines()[1].removeprefix("# ")
+    assert result.stdout.splitlines()[0] == header
+    assert "shellcheck" not in result.stdout
+    assert "BASE_URL" in result.stdout
+
+
+@pytest.mark.parametrize("script", RUNNABLE)
+def test_an_unknown_option_is_a_usage_error_never_a_value(script):
+    result = run(script, "--user", base_url=NOWHERE, ACCESS_TOKEN=ACCESS, REFRESH_TOKEN=REFRESH)
+    assert assert_one_line_failure(result, status=2).startswith("usage: ")
+    assert "--help" in result.stderr
+
+
+def test_a_value_starting_with_a_dash_follows_a_double_dash():
+    result = run("login.sh", "--", "-bob", base_url=NOWHERE)
+    # the login was sent (and found nobody), not refused as an option
+    message = assert_one_line_failure(result)
+    assert message.startswith(f"login.sh: POST /login: no answer from {NOWHERE}")
+
+
 # --- green against the real service -------------------------------------------------
 
 
