@@ -65,3 +65,16 @@ def test_make_replaces_a_venv_left_by_an_old_python(tmp_path):
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert version.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("target", ["test", "test-fast"])
+def test_the_suite_runs_on_every_core_unless_one_worker_is_asked_for(target):
+    def pytest_line(*args: str) -> str:
+        result = make("--dry-run", target, *args)
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stdout.splitlines() if "-m pytest" in line)
+
+    assert " -n auto --dist worksteal" in pytest_line()
+    assert " -n 4 " in pytest_line("WORKERS=4")
+    assert " -p no:xdist" in pytest_line("WORKERS=1")
+    assert " -n " not in pytest_line("WORKERS=1")
