@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -10,6 +11,7 @@ import pytest
 from tests.conftest import ROOT, which
 
 pytestmark = pytest.mark.skipif(which("make") is None, reason="needs make")
+MAKE_VARIABLES = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "WORKERS"}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
@@ -69,8 +71,14 @@ def test_make_replaces_a_venv_left_by_an_old_python(tmp_path):
 
 @pytest.mark.parametrize("target", ["test", "test-fast"])
 def test_the_suite_runs_on_every_core_unless_one_worker_is_asked_for(target):
+    # not the variables of a make this suite runs under (`make test WORKERS=4`)
+    env = {key: value for key, value in os.environ.items() if key not in MAKE_VARIABLES}
+
     def pytest_line(*args: str) -> str:
-        result = make("--dry-run", target, *args)
+        result = subprocess.run(
+            ["make", "--no-print-directory", "-C", str(ROOT), "--dry-run", target, *args],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr
         return next(line for line in result.stdout.splitlines() if "-m pytest" in line)
 
