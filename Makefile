@@ -77,11 +77,17 @@ $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 in a container)
 	@$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
+# The suite on every core (pytest-xdist): each worker starts its own servers, on ports
+# and in folders of its own. WORKERS=1 runs it in one process; WORKERS=4 oversubscribes a
+# machine whose tests mostly wait on servers.
+WORKERS ?= auto
+PARALLEL = $(if $(filter 1,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist worksteal)
+
 test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PARALLEL)
 
 test-fast: $(INSTALLED)  ## the suite without the tests that start real servers
-	$(BIN)/python -m pytest -m "not ($(SERVER_MARKERS))"
+	$(BIN)/python -m pytest $(PARALLEL) -m "not ($(SERVER_MARKERS))"
 
 lint: $(INSTALLED)  ## ruff (lint, format), mypy (strict on app/), the layers (lint-imports)
 	$(BIN)/ruff check .

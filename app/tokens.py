@@ -8,6 +8,7 @@ import secrets
 import string
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jwt
@@ -40,6 +41,8 @@ MAX_TOKEN_LENGTH = 8192
 
 #: Verified access tokens remembered per process (at most 8 KiB each, so at most 8 MiB).
 VERIFIED_TOKEN_CACHE_SIZE = 1024
+#: The wall clock every issue and check reads, in seconds; tests set it to move time.
+clock: Callable[[], float] = time.time
 #: Tokens refused for their signature or form, remembered per process (8 MiB at most).
 REFUSED_TOKEN_CACHE_SIZE = 1024
 
@@ -104,7 +107,7 @@ def issue_access_token(
 ) -> str:
     """Return an access token for ``username``, signed with the current key, that expires
     ``lifetime`` seconds from now."""
-    issued_at = int(time.time()) if now is None else now
+    issued_at = int(clock()) if now is None else now
     claims = {"username": username, "role": role, "iat": issued_at, "exp": issued_at + lifetime}
     return keys.current.sign(claims)
 
@@ -123,7 +126,7 @@ def verify_access_token(
             _REFUSED.add(token, keys, error.reason)
         raise
     # A cached verification must not outlive the token: expiry is checked every time.
-    if time.time() >= expires_at:
+    if clock() >= expires_at:
         raise InvalidTokenError("token has expired", EXPIRED)
     return {"username": username, "role": role, "iat": issued_at, "exp": expires_at}
 
@@ -155,7 +158,7 @@ def _verified_access_claims(
 def issue_cookie_token(user: dict[str, str], keys: KeyRing, lifetime: int) -> str:
     """Return a cookie token, signed with the current key, naming the third-party ``user``
     as its ``sub`` object."""
-    return keys.current.sign({"sub": user, "exp": int(time.time()) + lifetime})
+    return keys.current.sign({"sub": user, "exp": int(clock()) + lifetime})
 
 
 def verify_cookie_token(
@@ -247,7 +250,7 @@ def _check_unique_claims(token: str, claims: dict[str, Any]) -> None:
 
 def _check_not_in_future(claims: dict[str, Any], clock_skew: int) -> None:
     """Refuse an ``iat`` or ``nbf`` more than ``clock_skew`` seconds ahead of this host."""
-    latest = time.time() + clock_skew
+    latest = clock() + clock_skew
     for name in ("iat", "nbf"):
         if name not in claims:
             continue

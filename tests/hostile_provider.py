@@ -46,10 +46,15 @@ class HostileProvider:
         self.userinfo_delay = 0.0  # seconds before the userinfo endpoint answers
         #: The Authorization header of every userinfo request, in order.
         self.userinfo_requests: list[str | None] = []
+        #: Set once the userinfo endpoint has answered (after any delay).
+        self.userinfo_answered = threading.Event()
         self.access_tokens: set[str] = set()
         self.pending: dict[str, dict[str, str]] = {}
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve_forever notices shutdown() only between polls: a short poll stops it at once
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self.thread.start()
 
     def stop(self) -> None:
@@ -145,6 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.answer(self.provider.userinfo_status, self.provider.userinfo())
         else:
             self.answer(401, b'{"error": "invalid_token"}')
+        self.provider.userinfo_answered.set()
 
     def do_POST(self) -> None:
         credentials = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()

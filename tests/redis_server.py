@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import free_port, stop_process, wait_until
+from tests.fixtures.servers import free_port, stop_process, wait_until
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 INSTALL_HINT = "apt-get install redis-server"

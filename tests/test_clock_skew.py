@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from app import tokens
 from tests.conftest import bearer, make_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
@@ -18,7 +19,8 @@ USER = {"source": "corp", "id": "248289761001", "shownName": "Jane Doe"}
 def now(monkeypatch) -> int:
     """Freeze the service's clock on a whole second, so that +1 s is exactly +1 s."""
     frozen = int(time.time())
-    monkeypatch.setattr(time, "time", lambda: float(frozen))
+    monkeypatch.setattr(time, "time", lambda: float(frozen))  # the claims the tests make
+    monkeypatch.setattr(tokens, "clock", lambda: float(frozen))  # the service's checks
     return frozen
 
 

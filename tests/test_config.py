@@ -192,12 +192,12 @@ def test_gunicorn_config_binds_the_port_setting():
     ("in_ci", "outcome"), [(False, pytest.skip.Exception), (True, pytest.fail.Exception)]
 )
 def test_a_missing_server_program_skips_on_a_laptop_and_fails_in_ci(monkeypatch, in_ci, outcome):
-    import tests.conftest
+    from tests.fixtures import tools
 
-    monkeypatch.setattr(tests.conftest, "IN_CI", in_ci)
+    monkeypatch.setattr(tools, "IN_CI", in_ci)
     with pytest.raises(outcome, match="install it with: apt-get install nginx"):
-        tests.conftest.require_tool(False, "nginx", "apt-get install nginx")
-    tests.conftest.require_tool(True, "nginx", "apt-get install nginx")  # present: no effect
+        tools.require_tool(False, "nginx", "apt-get install nginx")
+    tools.require_tool(True, "nginx", "apt-get install nginx")  # present: no effect
 
 
 def test_gunicorn_config_creates_the_secret_in_the_master_before_the_workers(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import ROOT, free_port, which
 
 pytestmark = pytest.mark.skipif(which("make") is None, reason="needs make")
+MAKE_VARIABLES = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "WORKERS"}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
@@ -126,3 +127,22 @@ def only_the_line(stderr: str, target: str) -> str:
     line, make_line = stderr.splitlines()
     assert re.fullmatch(rf"make: \*\*\* \[Makefile:[0-9]+: {target}\] Error 1", make_line)
     return line
+
+
+@pytest.mark.parametrize("target", ["test", "test-fast"])
+def test_the_suite_runs_on_every_core_unless_one_worker_is_asked_for(target):
+    # not the variables of a make this suite runs under (`make test WORKERS=4`)
+    env = {key: value for key, value in os.environ.items() if key not in MAKE_VARIABLES}
+
+    def pytest_line(*args: str) -> str:
+        result = subprocess.run(
+            ["make", "--no-print-directory", "-C", str(ROOT), "--dry-run", target, *args],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stdout.splitlines() if "-m pytest" in line)
+
+    assert " -n auto --dist worksteal" in pytest_line()
+    assert " -n 4 " in pytest_line("WORKERS=4")
+    assert " -p no:xdist" in pytest_line("WORKERS=1")
+    assert " -n " not in pytest_line("WORKERS=1")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
@@ -287,10 +286,10 @@ def test_userinfo_that_does_not_answer_in_time_is_502_without_a_cookie(
 ):
     monkeypatch.setattr(login_provider, "PROVIDER_TIMEOUT", 0.2)
     provider.claim_changes = {"name": None}
-    provider.userinfo_delay = 30
-    started = time.monotonic()
+    provider.userinfo_delay = 30  # far past the timeout: the service must not wait for it
     response = log_in(browser)
-    assert time.monotonic() - started < 10
+    assert len(provider.userinfo_requests) == 1
+    assert not provider.userinfo_answered.is_set()  # the service answered first
     assert_refused(browser, response, 502)
     assert response.get_json() == {"message": "identity provider did not answer"}
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import tokens
 from tests.conftest import ServiceKey, bearer, login, make_token, unsigned_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
@@ -306,11 +307,15 @@ def test_token_is_valid_before_exp(client, signing_key):
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
 
 
-def test_issued_token_expires_after_its_lifetime(make_app):
-    client = make_app(ACCESS_TOKEN_LIFETIME="1").test_client()
+def test_issued_token_expires_after_its_lifetime(make_app, monkeypatch):
+    client = make_app(ACCESS_TOKEN_LIFETIME="30").test_client()
+    issued = int(time.time())
+    monkeypatch.setattr(tokens, "clock", lambda: issued + 0.5)
     token = login(client)["accessToken"]
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
-    time.sleep(1.05)  # exp is whole seconds: at most 1 s after issue, the token is expired
+    monkeypatch.setattr(tokens, "clock", lambda: issued + 29.9)
+    assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
+    monkeypatch.setattr(tokens, "clock", lambda: issued + 30)  # exp is whole seconds
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
@@ -345,9 +350,9 @@ def test_authentication_failure_wins_over_role_failure(client, signing_key):
 def test_a_token_cached_a_moment_before_exp_is_refused_at_exp(client, signing_key, monkeypatch):
     now = int(time.time())
     token = make_token(signing_key, valid_claims(iat=now - 59, exp=now + 1))
-    monkeypatch.setattr(time, "time", lambda: now + 0.999)
+    monkeypatch.setattr(tokens, "clock", lambda: now + 0.999)
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200  # cached
-    monkeypatch.setattr(time, "time", lambda: now + 1.0)
+    monkeypatch.setattr(tokens, "clock", lambda: now + 1.0)
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 

@@ -248,6 +248,15 @@ def test_rate_limit_off_never_refuses_and_keeps_no_counters(make_app, instance_p
 
 def test_a_window_frees_when_it_ends(make_app):
     client = make_app(RATE_LIMIT_AUTH="2 per second").test_client()
+    storage = client.application.extensions["rate_limiter"].storage
+    if hasattr(storage, "clock"):  # SQLite's windows follow a clock the test sets
+        now = time.time()
+        storage.clock = lambda: now
+        assert [log_in(client).status_code for _ in range(3)] == [200, 200, 429]
+        now += 1  # the window has ended
+        assert log_in(client).status_code == 200
+        return
+    # Redis keeps its own time: wait for it
     deadline = time.monotonic() + 20
     while True:  # two hits and a refusal within one window, however loaded the machine
         started = time.monotonic()

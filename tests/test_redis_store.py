@@ -210,16 +210,18 @@ def test_read_only_replica_refuses_writes_as_unavailable(redis_server):
 
 def test_frozen_redis_answers_within_one_timeout_not_many(redis_server):
     server = redis_server()
-    store = open_store(server.url, timeout=0.5)
+    timeout = 0.5
+    store = open_store(server.url, timeout=timeout)
     token = new_refresh_token()
     store.issue(token, "alice")  # a pooled connection, which the freeze leaves open
     server.freeze()
     try:
         for operation in OPERATIONS.values():
             started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+            with pytest.raises(StoreUnavailableError, match="TimeoutError"):  # it waited
                 operation(store)
-            assert 0.4 < time.monotonic() - started < 1.0
+            # a retry would wait the timeout again: a generous bound still tells one from two
+            assert time.monotonic() - started < 2 * timeout
     finally:
         server.thaw()
     assert store.owner_of(token) == "alice"  # and it answers again, with no reopening

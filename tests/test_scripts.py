@@ -238,7 +238,10 @@ def wrong_service(request) -> Iterator[str]:
         return
     handler = type("Handler", (WrongService,), {"answer": WRONG_ANSWERS[request.param]})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # serve_forever notices shutdown() only between polls: a short poll stops it at once
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
