@@ -42,12 +42,12 @@ TOO_MANY_OPENERS = b"(" * (MAX_JSON_DEPTH + 1)
 
 def read_fields() -> dict[str, Any]:
     """Return the request body's fields from JSON or a URL-encoded form; 400/413/415 if not."""
-    environ = request.environ  # once: each use of the request proxy costs about 1 µs
+    environ = request.environ  # once: each use of the request proxy is a lookup
     if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() != "identity":
         raise UnsupportedMediaType("request body must not be compressed")
     data = _body(environ)
     content_type = environ.get("CONTENT_TYPE")
-    # the two usual types, exactly as sent, are their own mimetype: no parsing (3 µs)
+    # the two usual types, exactly as sent, are their own mimetype: no parsing
     mimetype = content_type if content_type in PLAIN_TYPES else request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json"):
         return _json_object(data)
@@ -120,7 +120,7 @@ def _content_length(environ: dict[str, Any]) -> int | None:
     """Return ``request.content_length``: the plain case read directly, werkzeug's otherwise."""
     given = environ.get("CONTENT_LENGTH")
     if given and given.isdigit() and given.isascii() and "HTTP_TRANSFER_ENCODING" not in environ:
-        return int(given)  # what werkzeug makes of digits alone, without its 3 µs of calls
+        return int(given)  # what werkzeug makes of digits alone, without its calls
     return request.content_length
 
 

@@ -22,7 +22,7 @@ from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_coo
 View = TypeVar("View", bound=Callable[..., Any])
 
 #: RFC 6750 b64token: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
-#: (one compiled match: 0.5 µs on a token, against 2 for str.strip over its characters)
+#: (one compiled match, cheaper than str.strip over its characters)
 B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 

@@ -243,7 +243,7 @@ def _check_unique_claims(token: str, claims: dict[str, Any]) -> None:
     last one, which a reader of the token may not. The header's are refused by the key ring."""
     # PyJWT found the segment canonical base64url; padding past its end is ignored
     payload = base64.urlsafe_b64decode(token.split(".", 2)[1] + "==")
-    # as many key ends as keys parsed: nothing repeated, and no second parse (about 1 µs)
+    # as many key ends as keys parsed: nothing repeated, and no second parse
     if may_repeat_a_key(payload, claims) and repeats_a_key(payload):
         raise InvalidTokenError("token repeats a claim", permanent=True)
 
