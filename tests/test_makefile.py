@@ -14,12 +14,15 @@ from tests.conftest import ROOT, free_port, which
 
 pytestmark = pytest.mark.skipif(which("make") is None, reason="needs make")
 MAKE_VARIABLES = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "WORKERS"}
+#: The environment less the variables of a make this suite runs under (`make test`), so
+#: that each make below is a top-level one, as a user's is: `make:`, not `make[1]:`.
+CLEAN_ENV = {key: value for key, value in os.environ.items() if key not in MAKE_VARIABLES}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), *args],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env=CLEAN_ENV,
     )  # fmt: skip
 
 
@@ -97,7 +100,7 @@ def test_make_run_shows_a_configuration_error_as_the_services_one_line(tmp_path)
     result = subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), f"VENV={venv}",
          "-o", f"{venv}/.installed-runtime", "run"],
-        env={**os.environ, "METRICS": "maybe", "INSTANCE_PATH": str(tmp_path / "instance"),
+        env={**CLEAN_ENV, "METRICS": "maybe", "INSTANCE_PATH": str(tmp_path / "instance"),
              "PORT": str(free_port())},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -131,14 +134,8 @@ def only_the_line(stderr: str, target: str) -> str:
 
 @pytest.mark.parametrize("target", ["test", "test-fast"])
 def test_the_suite_runs_on_every_core_unless_one_worker_is_asked_for(target):
-    # not the variables of a make this suite runs under (`make test WORKERS=4`)
-    env = {key: value for key, value in os.environ.items() if key not in MAKE_VARIABLES}
-
     def pytest_line(*args: str) -> str:
-        result = subprocess.run(
-            ["make", "--no-print-directory", "-C", str(ROOT), "--dry-run", target, *args],
-            capture_output=True, text=True, timeout=60, env=env,
-        )  # fmt: skip
+        result = make("--dry-run", target, *args)
         assert result.returncode == 0, result.stderr
         return next(line for line in result.stdout.splitlines() if "-m pytest" in line)
 

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from app.config import ConfigError, Settings
+from app.instance import prepare_instance
 from tests.conftest import ROOT, free_port, require_tool, stop_process, wait_until, which
 from tests.oidc_harness import node_unavailable_reason, walk_login
 
@@ -125,8 +126,10 @@ def test_an_absolute_sqlite_path_has_four_slashes_as_the_docs_say(tmp_path):
     # four slashes: the absolute path; three: a path relative to where the service starts
     folder = tmp_path / "missing"
     with pytest.raises(ConfigError, match=f"TOKEN_STORE_URL: {folder} does not exist"):
-        Settings.load(
-            {"TOKEN_STORE_URL": f"sqlite:///{folder}/t.sqlite3", "INSTANCE_PATH": str(tmp_path)}
+        prepare_instance(
+            Settings.load(
+                {"TOKEN_STORE_URL": f"sqlite:///{folder}/t.sqlite3", "INSTANCE_PATH": str(tmp_path)}
+            )
         )
     assert str(folder).startswith("/")  # so the URL above had four slashes
 
