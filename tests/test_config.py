@@ -528,3 +528,18 @@ def test_an_override_that_is_no_setting_stays_an_unknown_setting():
 )
 def test_edits_count_a_swap_of_neighbours_as_one(first, second, distance):
     assert edits(first, second) == edits(second, first) == distance
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("SIGNING_SECRET", "SIGNING_SECERT"), ("ACCESS_TOKEN_LIFETIME", "ACCES_TOKEN_LIFETIME"),
+     ("PATH", "PYTHONPATH"), ("TOKEN_STORE_URL", "TOKEN_STORE"), ("abcdef", "ghijkl"),
+     ("RATE_LIMIT_AUTH", "RATE_LIMIT_EXEMPT"), ("", "AB"), ("AB", "BA")],
+)  # fmt: skip
+def test_the_bounded_edit_count_agrees_with_the_full_one_up_to_its_limit(first, second):
+    from app.config.names import edits
+
+    full = edits(first, second)
+    for limit in range(4):
+        bounded = edits(first, second, limit)
+        assert bounded == full if full <= limit else bounded > limit

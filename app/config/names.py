@@ -20,6 +20,7 @@ Variables Kubernetes sets for each service (``<NAME>_SERVICE_HOST``,
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable
 
@@ -50,7 +51,12 @@ SERVICE_LINK = re.compile(
 
 def resembled_setting(name: str, settings: Iterable[str]) -> str | None:
     """Return the setting that ``name``, which is not one, looks like a misspelling of, or None."""
-    known = sorted(settings)
+    return _resembled_setting(name, tuple(sorted(settings)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _resembled_setting(name: str, known: tuple[str, ...]) -> str | None:
+    """``resembled_setting``, kept per name: the environment is read by every app built."""
     if name in known:
         return None
     name = name.upper()  # signing_secret is SIGNING_SECRET mistyped
@@ -64,7 +70,7 @@ def resembled_setting(name: str, settings: Iterable[str]) -> str | None:
             for setting in known
             if len(setting) >= MIN_COMPARED_LENGTH
             and abs(len(setting) - len(name)) <= MAX_EDITS  # else more edits: not compared
-            and edits(name, setting) <= MAX_EDITS
+            and edits(name, setting, MAX_EDITS) <= MAX_EDITS
         ]
         if near:
             return min(near, key=lambda setting: edits(name, setting))
@@ -85,9 +91,9 @@ def resembled_setting(name: str, settings: Iterable[str]) -> str | None:
     return difflib.get_close_matches(name, relatives, n=1, cutoff=0)[0]
 
 
-def edits(first: str, second: str) -> int:
+def edits(first: str, second: str, limit: int | None = None) -> int:
     """Return the optimal string alignment distance: insertions, deletions, substitutions and
-    swaps of two neighbours, each one edit."""
+    swaps of two neighbours, each one edit; past ``limit``, any number above it."""
     previous: list[int] = []
     row = list(range(len(second) + 1))
     for i, left in enumerate(first, 1):
@@ -100,4 +106,6 @@ def edits(first: str, second: str) -> int:
             )
             if i > 1 and j > 1 and left == second[j - 2] and first[i - 2] == right:
                 row[j] = min(row[j], before[j - 2] + 1)
+        if limit is not None and min(row) > limit and min(previous) > limit:
+            return limit + 1  # every alignment already costs more: no row ends lower
     return row[-1]
