@@ -36,7 +36,13 @@ from limits import RateLimitItem
 
 from app.config import IPNetwork, Settings
 from app.proxy import FORWARDED_KEY, parse_address
-from app.rate_limit.counters import FAILURE_LOG_INTERVAL, RETRY_AFTER_FAILURE, Counters
+from app.rate_limit.counters import (
+    FAILURE_LOG_INTERVAL,
+    RETRY_AFTER_FAILURE,
+    Counters,
+    seconds_until_free,
+    windows_of,
+)
 from app.rate_limit.counters import SQLITE_FILE_NAME as SQLITE_FILE_NAME  # re-exported
 from app.rate_limit.counters import CountersUnavailableError as CountersUnavailableError
 from app.rate_limit.login_failures import init_login_failure_limit
@@ -65,10 +71,7 @@ class RateLimiter:
     ) -> None:
         self.limits = limits
         #: Each limit's amount, window in seconds, and the end of its counters' keys.
-        self.windows = [
-            (item.amount, item.get_expiry(), f"/{item.amount}/{item.get_expiry()}")
-            for item in limits
-        ]
+        self.windows = windows_of(limits)
         self.exempt = exempt
         self.storage = storage
         #: Called once for each request let through unchecked because the storage failed:
@@ -108,12 +111,7 @@ class RateLimiter:
             return None
         if self._failing:
             self._recovered()
-        waits = [
-            left
-            for (amount, _, _), (hits, left) in zip(self.windows, counted, strict=True)
-            if hits > amount
-        ]
-        return max(1, math.ceil(max(waits))) if waits else None
+        return seconds_until_free(self.windows, counted)
 
     def _client_key(self, address: str | None) -> tuple[str, bool]:
         """Return whom an address counts as, and whether it is exempt; cached per address."""

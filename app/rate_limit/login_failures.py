@@ -41,6 +41,8 @@ from app.rate_limit.counters import (
     RETRY_AFTER_FAILURE,
     Counters,
     CountersUnavailableError,
+    seconds_until_free,
+    windows_of,
 )
 from app.rate_limit.storage import open_storage
 
@@ -58,10 +60,7 @@ class LoginFailureLimit:
     def __init__(self, limits: tuple[RateLimitItem, ...], storage: Counters, secret: bytes) -> None:
         self.limits = limits
         #: Each limit's amount, window in seconds, and the end of its counters' keys.
-        self.windows = [
-            (item.amount, item.get_expiry(), f"/{item.amount}/{item.get_expiry()}")
-            for item in limits
-        ]
+        self.windows = windows_of(limits)
         self.storage = storage
         self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
         #: The time source of the retry delay after a failure; tests may replace it.
@@ -88,12 +87,7 @@ class LoginFailureLimit:
             self._failed(error)
         if self._refusing_until:
             self._recovered()
-        waits = [
-            left
-            for (amount, _, _), (hits, left) in zip(self.windows, counted, strict=True)
-            if hits > amount
-        ]
-        return max(1, math.ceil(max(waits))) if waits else None
+        return seconds_until_free(self.windows, counted)
 
     def succeeded(self, username: str) -> None:
         """Take back the attempt counted for ``username``'s check, which passed."""
