@@ -146,8 +146,8 @@ def booted_workers(server, instance: Path) -> list[int]:
 
 
 def log_messages(server) -> list[str]:
-    lines = server.log_path.read_text().splitlines()
-    return [json.loads(line).get("message", "") for line in lines if line.startswith("{")]
+    written = server.log_path.read_text().split("\n")[:-1]  # the last: cut, or being written
+    return [json.loads(line).get("message", "") for line in written if line.startswith("{")]
 
 
 def started_on_full_disk(server) -> bool:
