@@ -262,7 +262,11 @@ def init_metrics(app: Flask, settings: Settings) -> None:
                 folder,
                 error,
             )
-            del os.environ[FOLDER_VARIABLE]  # read by prometheus_client, imported by Metrics
+            # prometheus_client may be imported already (the master imports it when a
+            # worker exits): its values, not the variable it read then, decide
+            from prometheus_client import values
+
+            values.ValueClass = values.MutexValue
     app.extensions[EXTENSION_KEY] = Metrics()
     app.request_class = RuleInEnvironRequest
 
