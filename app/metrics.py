@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -37,6 +38,7 @@ from werkzeug.routing import Rule
 
 from app.config import Settings
 from app.events import AUTH_FAILURE_REASONS, Event
+from app.metric_files import FOLDER_VARIABLE, reserve_metric_files
 
 EXTENSION_KEY = "metrics"
 #: The environ key under which the route rule of a request waits for the metrics.
@@ -249,6 +251,22 @@ def init_metrics(app: Flask, settings: Settings) -> None:
     if not settings.metrics:
         app.extensions[EXTENSION_KEY] = None
         return
+    folder = os.environ.get(FOLDER_VARIABLE)
+    if folder:  # a gunicorn worker: its files, allocated before prometheus_client maps them
+        try:
+            reserve_metric_files(folder, os.getpid())
+        except OSError as error:
+            logging.getLogger(__name__).warning(
+                "metrics: this worker's files cannot be allocated in %s (%s): it counts in"
+                " its own memory, left out of the other workers' /metrics",
+                folder,
+                error,
+            )
+            # prometheus_client may be imported already (the master imports it when a
+            # worker exits): its values, not the variable it read then, decide
+            from prometheus_client import values
+
+            values.ValueClass = values.MutexValue
     app.extensions[EXTENSION_KEY] = Metrics()
     app.request_class = RuleInEnvironRequest
 

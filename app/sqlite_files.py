@@ -53,6 +53,13 @@ def connect_wal(
     return connection
 
 
+def error_text(error: BaseException) -> str:
+    """Return what SQLite said, with its result code's name where it has one: a full disk
+    is ``database or disk is full (SQLITE_FULL)``."""
+    name = getattr(error, "sqlite_errorname", None)  # only on errors SQLite itself returned
+    return f"{error} ({name})" if name else str(error)
+
+
 def create_private_file(path: str) -> None:
     """Create ``path`` empty, mode 0600 whatever the umask, unless it exists already.
 

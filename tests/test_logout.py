@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import tokens
 from app.keys import EXTENSION_KEY as KEY_RING
 from app.store import token_digest
 from app.third_party_login.cross_site import origin_of
@@ -148,6 +150,18 @@ def test_a_logged_out_cookie_token_is_401_on_every_app_of_the_store(make_app, ca
         assert me(app.test_client(), others).get_json() == OTHER_USER
     (line,) = request_lines(capfd)[-2:-1]
     assert (line["status"], line["reason"]) == (401, "logged_out")
+
+
+def test_a_logout_ends_its_own_login_only_even_one_made_in_the_same_second(
+    app, client, monkeypatch
+):
+    now = time.time()
+    monkeypatch.setattr(tokens, "clock", lambda: now)
+    first, second = cookie_token(app), cookie_token(app)  # one user, two browsers, one second
+    assert first != second
+    assert logout(client, first).status_code == 204
+    assert me(client, first).status_code == 401
+    assert me(client, second).get_json() == USER
 
 
 def test_a_cookie_token_with_only_the_spec_claims_is_logged_out_too(app, client, signing_key):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from app.rate_limit.counters import CountersUnavailableError
-from app.sqlite_files import ProcessWriter, connect_wal
+from app.sqlite_files import ProcessWriter, connect_wal, error_text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rate_limits (
@@ -102,7 +102,7 @@ class SQLiteCounters:
                 yield connection
         except (sqlite3.Error, OSError) as error:
             raise CountersUnavailableError(
-                f"SQLite {self.path}: {type(error).__name__}: {error}"
+                f"SQLite {self.path}: {type(error).__name__}: {error_text(error)}"
             ) from error
 
     def _connect(self) -> sqlite3.Connection:

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.sqlite_files import ProcessWriter, ThreadConnections, connect_wal
+from app.sqlite_files import ProcessWriter, ThreadConnections, connect_wal, error_text
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
@@ -282,7 +282,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             raise self._unavailable(error) from error
 
     def _unavailable(self, error: sqlite3.Error) -> StoreUnavailableError:
-        return StoreUnavailableError(f"SQLite store {self.path}: {error}")
+        return StoreUnavailableError(f"SQLite store {self.path}: {error_text(error)}")
 
     def _open(self) -> sqlite3.Connection:
         return self._connections.get()
