@@ -39,6 +39,7 @@ from werkzeug.routing import Rule
 from app.config import Settings
 from app.events import AUTH_FAILURE_REASONS, Event
 from app.metric_files import FOLDER_VARIABLE, reserve_metric_files
+from app.private_apis import count_in_process_memory
 
 EXTENSION_KEY = "metrics"
 #: The environ key under which the route rule of a request waits for the metrics.
@@ -262,11 +263,7 @@ def init_metrics(app: Flask, settings: Settings) -> None:
                 folder,
                 error,
             )
-            # prometheus_client may be imported already (the master imports it when a
-            # worker exits): its values, not the variable it read then, decide
-            from prometheus_client import values
-
-            values.ValueClass = values.MutexValue
+            count_in_process_memory()
     app.extensions[EXTENSION_KEY] = Metrics()
     app.request_class = RuleInEnvironRequest
 

@@ -10,6 +10,8 @@ that breaks one fails there, before it reaches a server.
   signed without ``jwt.encode``, byte for byte what it writes.
 - Authlib: the session keys under which its Flask client keeps pending logins, read
   to bound the login-state cookie.
+- prometheus_client: its value class, switched to in-memory counting in a worker whose
+  metric files the disk cannot give (docs/operations.md, "A full disk").
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import orjson
 from jwt.algorithms import Algorithm, HMACAlgorithm
 
 #: The distribution and the version (major.minor) whose internals were checked.
-CHECKED_VERSIONS = {"pyjwt": "2.15", "authlib": "1.9"}
+CHECKED_VERSIONS = {"pyjwt": "2.15", "authlib": "1.9", "prometheus-client": "0.26"}
 
 # --- PyJWT ---------------------------------------------------------------------------
 
@@ -106,3 +108,18 @@ def forget_old_pending_logins(session: MutableMapping[str, Any], keep: int) -> N
     )
     for key in pending[: max(0, len(pending) - keep)]:
         session.pop(key)
+
+
+# --- prometheus_client ---------------------------------------------------------------
+
+
+def count_in_process_memory() -> None:
+    """Make the metrics created from now on count in this process's memory, not in files.
+
+    prometheus_client chooses its value class once, at import, from
+    ``PROMETHEUS_MULTIPROC_DIR``; it may be imported already (gunicorn's master imports
+    it when a worker exits), so the class itself is switched.
+    """
+    from prometheus_client import values  # only a worker whose files failed needs it
+
+    values.ValueClass = values.MutexValue

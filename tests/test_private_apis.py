@@ -6,7 +6,10 @@ adapt the reach (or drop it), and update ``CHECKED_VERSIONS``.
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 import time
 from importlib.metadata import version
 
@@ -27,6 +30,7 @@ from app.private_apis import (
     pending_login_key,
 )
 from tests.conftest import valid_claims
+from tests.fixtures.tools import ROOT
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
 
@@ -133,3 +137,23 @@ def test_only_the_newest_pending_logins_are_kept():
         integration.set_state_data(session, f"s{number}", {})
     forget_old_pending_logins(session, keep=2)
     assert sorted(session) == ["_state_corp_s2", "_state_corp_s3", "user"]
+
+
+# --- prometheus_client ---------------------------------------------------------------
+
+
+def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
+    """Its value class is read when a metric is made: switched, no file is written."""
+    script = (
+        "from app.private_apis import count_in_process_memory\n"
+        "import prometheus_client\n"
+        "from prometheus_client import values\n"
+        "assert values.ValueClass is not values.MutexValue, 'files not in use'\n"
+        "count_in_process_memory()\n"
+        "counter = prometheus_client.Counter('c', 'c', registry=None)\n"
+        "counter.inc(3)\n"
+        "assert counter._value.get() == 3\n"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
+    assert list(tmp_path.iterdir()) == []
