@@ -183,6 +183,8 @@ class Settings:
     cookie_token_lifetime: int = setting(
         "COOKIE_TOKEN_LIFETIME", parse.int_between(60, 2_592_000), 3600
     )
+    #: Whether GET /auth/check (the nginx gateway) also accepts the cookie token.
+    auth_check_cookie: bool = setting("AUTH_CHECK_COOKIE", parse.boolean, False)
     #: Read as names from OIDC_PROVIDERS, then completed from OIDC_<NAME>_* variables.
     identity_providers: tuple[IdentityProvider, ...] = providers_setting("OIDC_PROVIDERS")
     login_redirect_url: str = setting("LOGIN_REDIRECT_URL", parse.redirect_target, "/api/v1/me")
