@@ -420,3 +420,55 @@ def test_every_answer_is_the_documented_one(client, cookie_client):
     assert_documented(document, "get", "/auth/check", response)
     response = check(with_cookie(cookie_client, cookie_token(cookie_client, {"id": "x"})))
     assert_documented(document, "get", "/auth/check", response)
+
+
+# --- the verdict cache (AUTH_CHECK_CACHE_SECONDS) ------------------------------------
+
+
+@pytest.fixture
+def caching_client(make_app):
+    """A client of an app that lets nginx keep a verdict up to 5 seconds."""
+    return make_app(AUTH_CHECK_CACHE_SECONDS="5", AUTH_CHECK_COOKIE="on").test_client()
+
+
+def test_no_verdict_may_be_kept_unless_the_setting_says(client):
+    response = check(client, headers=bearer(login(client)["accessToken"]))
+    assert response.status_code == 200
+    assert "X-Accel-Expires" not in response.headers
+
+
+@pytest.mark.parametrize(
+    ("lifetime_left", "kept_until"),
+    [
+        (60, 5),  # the setting's seconds
+        (7, 5),
+        (6, 5),  # exp - 1 = now + 5
+        (5, 4),  # the second before exp: nginx serves an entry through the second it names
+        (1, 0),
+    ],
+)
+def test_a_verdict_is_kept_the_setting_s_seconds_never_past_exp(
+    caching_client, signing_key, monkeypatch, lifetime_left, kept_until
+):
+    now = 1_900_000_000
+    monkeypatch.setattr(tokens, "clock", lambda: now + 0.5)
+    token = make_token(signing_key, valid_claims(iat=now, exp=now + lifetime_left))
+    response = check(caching_client, headers=bearer(token))
+    assert response.status_code == 200
+    assert response.headers["X-Accel-Expires"] == f"@{now + kept_until}"
+    assert response.headers["Cache-Control"] == "no-store"  # for any other cache
+
+
+def test_refusals_and_cookie_verdicts_are_never_kept(caching_client, signing_key):
+    user = bearer(login(caching_client)["accessToken"])
+    for response in [
+        check(caching_client, "role=admin", headers=user),
+        check(caching_client, headers=bearer("x.y.z")),
+        check(caching_client, "role=x", headers=user),
+        check(caching_client),
+    ]:
+        assert response.status_code in {400, 401, 403}
+        assert "X-Accel-Expires" not in response.headers
+    response = check(with_cookie(caching_client, cookie_token(caching_client)))
+    assert response.status_code == 200
+    assert response.headers["X-Accel-Expires"] == "0"  # a logout counts at once

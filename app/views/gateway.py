@@ -17,6 +17,8 @@ from urllib.parse import quote
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import BadRequest
 
+from app import tokens
+from app.config import Settings
 from app.errors import forbidden_response, render_http_error, unauthenticated_response
 from app.events import Reason
 from app.request_log import note
@@ -73,18 +75,30 @@ def auth_check() -> Response:
         required = _parsed_roles()
         if required is None:
             return _bad_query(query)
-    if "HTTP_AUTHORIZATION" not in request.environ and current_settings().auth_check_cookie:
-        return _cookie_check(required)
+    settings = current_settings()
+    if "HTTP_AUTHORIZATION" not in request.environ and settings.auth_check_cookie:
+        return _cookie_check(required, settings.auth_check_cache_seconds)
     claims, reason = verified_bearer_claims()
     if claims is None:
         note(reason=reason)
         return _refused(unauthenticated_response())
-    username = claims["username"]
+    username, expires_at = claims["username"], claims["exp"]
     if not role_allows(claims["role"], required):
         note(user=username, reason=Reason.WRONG_ROLE)
         return _refused(forbidden_response())
     note(user=username)
-    return _Bodiless(b"", 200, _identity_headers(username, claims["role"], claims["exp"]))
+    response = _Bodiless(b"", 200, _identity_headers(username, claims["role"], expires_at))
+    if settings.auth_check_cache_seconds:
+        response.headers.add("X-Accel-Expires", cache_until(expires_at, settings))
+    return response
+
+
+def cache_until(expires_at: int, settings: Settings) -> str:
+    """Return the X-Accel-Expires of a Bearer token's 200: nginx may keep it up to the
+    second before the token's ``exp`` (nginx serves an entry through the second it names),
+    and AUTH_CHECK_CACHE_SECONDS at most."""
+    now = int(tokens.clock())
+    return f"@{min(expires_at - 1, now + settings.auth_check_cache_seconds)}"
 
 
 @functools.lru_cache(maxsize=IDENTITY_CACHE_SIZE)
@@ -126,7 +140,7 @@ def _bad_query(query: str) -> Response:
     return response  # type: ignore[return-value]  # a Flask response, from jsonify
 
 
-def _cookie_check(required: tuple[str, ...]) -> Response:
+def _cookie_check(required: tuple[str, ...], cache_seconds: int) -> Response:
     """Check the third-party login's cookie token (AUTH_CHECK_COOKIE), same-site requests only."""
     method = request.environ.get(ORIGINAL_METHOD, "")
     if is_cross_site(navigation=method in SAFE_METHODS):
@@ -147,6 +161,8 @@ def _cookie_check(required: tuple[str, ...]) -> Response:
     for field, name in (("id", "User"), ("source", "Source"), ("shownName", "Name")):
         if field in user:
             headers.append((f"X-Auth-Request-{name}", header_text(user[field])))
+    if cache_seconds:
+        headers.append(("X-Accel-Expires", "0"))  # never kept: a logout counts at once
     return _Bodiless(b"", 200, headers)
 
 
