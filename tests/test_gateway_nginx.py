@@ -31,6 +31,10 @@ pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
 DEPLOY = ROOT / "deploy" / "nginx"
 EXAMPLE = DEPLOY / "gateway-example.conf"
 SNIPPETS = "/etc/nginx/snippets/token-service/"
+VERDICTS = "/run/token-service-verdicts"
+#: nginx's workers write the verdict cache in the test's folder, which only its owner may
+#: enter: as root, they run as root too (the directive is ignored otherwise).
+USER = "user root;\n" if os.geteuid() == 0 else ""
 #: Locations only the tests add, each a mistake an operator could make with the snippets.
 MISTAKES = f"""
     location /typo/ {{
@@ -137,7 +141,7 @@ class Nginx:
         stop_process(self.process)
 
 
-def gateway_site(port: int, upstream_port: int) -> str:
+def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
     """Return gateway-example.conf with this test's ports, the snippets where they are in the
     checkout, and the test's mistaken locations."""
     text = EXAMPLE.read_text()
@@ -149,6 +153,8 @@ def gateway_site(port: int, upstream_port: int) -> str:
         text = text.replace(old, new)
     assert text.count(f"include {SNIPPETS}") == 3
     text = text.replace(SNIPPETS, f"{DEPLOY}/")
+    assert text.count(VERDICTS) == 1
+    text = text.replace(VERDICTS, str(prefix / "verdicts"))
     return text[: text.rindex("}")] + MISTAKES + "}\n"
 
 
@@ -161,13 +167,13 @@ def start_nginx(prefix: Path, service_port: int, upstream_port: int) -> Nginx:
     (prefix / "site.conf").write_text(
         site_config(free_port(), service_port, prefix / "service-access.log")
     )
-    (prefix / "gateway.conf").write_text(gateway_site(port, upstream_port))
+    (prefix / "gateway.conf").write_text(gateway_site(port, upstream_port, prefix))
     temp_paths = "\n".join(
         f"{kind}_temp_path {prefix}/{kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
     (prefix / "nginx.conf").write_text(
-        f"daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
+        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
         f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
         f"http {{\n{temp_paths}\naccess_log off;\ninclude {prefix}/site.conf;\n"
         f"include {prefix}/gateway.conf;\n}}\n"
@@ -234,7 +240,8 @@ def echo() -> Iterator[Echo]:
 @pytest.fixture(scope="module")
 def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
     """nginx with the shipped snippets, before a gunicorn of the service that signs with a
-    new secret and still verifies the previous one's tokens (a rotation under way)."""
+    new secret and still verifies the previous one's tokens (a rotation under way), lets
+    nginx keep its verdicts and takes the cookie token too."""
     folder = tmp_path_factory.mktemp("gateway")
     secret, previous = secrets.token_urlsafe(48), secrets.token_urlsafe(48)
     env = service_environment(
@@ -242,6 +249,7 @@ def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
         SIGNING_SECRET=secret,
         SIGNING_SECRET_PREVIOUS=previous,
         AUTH_CHECK_COOKIE="on",
+        AUTH_CHECK_CACHE_SECONDS="30",
     )
     service = Gunicorn(env, 1, folder / "gunicorn.log").start()
     try:
@@ -406,6 +414,92 @@ def test_the_check_locations_are_not_for_clients(gateway):
     admin = bearer(gateway.login("admin"))
     for path in ["/_token_service/check", "/_token_service/check-admin", "/_token_service/x"]:
         assert get(gateway.url + path, admin)[0] == 404, path
+
+
+def checks_of(gateway: Gateway, user: str) -> int:
+    """Return how many checks of ``user`` the service has answered."""
+    lines = gateway.service.log_path.read_text().splitlines()
+    entries = [json.loads(line) for line in lines if line[:1] == "{"]
+    return sum((e.get("path"), e.get("user")) == ("/auth/check", user) for e in entries)
+
+
+def test_nginx_keeps_a_pass_and_asks_again_for_refusals_and_cookies(gateway):
+    # The service writes a request's line before it answers: once nginx has answered, the
+    # lines of the checks it asked for are in the log.
+    frank = bearer(gateway.login("frank"))
+    for _ in range(3):
+        assert get(f"{gateway.url}/kept", frank)[0] == 200
+    assert checks_of(gateway, "frank") == 1
+    for _ in range(3):  # another location, another role: a verdict of its own, a 403
+        assert get(f"{gateway.url}/admin/kept", frank)[0] == 403
+    assert checks_of(gateway, "frank") == 4
+    cookie = {"Cookie": f"jwt={gateway.cookie({'id': 'grace'})}"}
+    for _ in range(2):
+        assert get(f"{gateway.url}/kept-cookie", cookie)[0] == 200
+    assert checks_of(gateway, "grace") == 2
+
+
+@dataclass
+class CheckStub:
+    """A stand-in for the service's check: 200 with the X-Accel-Expires a test names."""
+
+    kept_until: dict[str, str] = field(default_factory=dict)  # token -> X-Accel-Expires
+    asked: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                stub.asked.append(token)
+                self.send_response(200)
+                self.send_header("X-Auth-Request-User", token)
+                self.send_header("X-Auth-Request-Groups", "user")
+                self.send_header("Cache-Control", "no-store")
+                if stub.kept_until.get(token):
+                    self.send_header("X-Accel-Expires", stub.kept_until[token])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_nginx_keeps_a_verdict_only_until_the_second_the_check_names(echo, tmp_path):
+    stub = CheckStub()
+    nginx = start_nginx(tmp_path / "nginx", stub.server.server_address[1], echo.port)
+    now = int(time.time())
+    stub.kept_until = {
+        "ahead": f"@{now + 30}",
+        "passed": f"@{now - 1}",  # the token's exp - 1 has passed: it expired
+        "zero": "0",
+        "none": "",  # no X-Accel-Expires: the snippets keep nothing of their own accord
+    }
+    try:
+        for token in stub.kept_until:
+            for _ in range(3):
+                status, _, body = get(f"{nginx.url}/cache-{token}", bearer(token))
+                assert status == 200, token
+                assert headers_of(json.loads(body), "X-Auth-Request-User") == [token]
+    finally:
+        nginx.stop()
+        stub.stop()
+    assert {token: stub.asked.count(token) for token in stub.kept_until} == {
+        "ahead": 1,
+        "passed": 3,
+        "zero": 3,
+        "none": 3,
+    }
 
 
 @pytest.mark.store("sqlite")
