@@ -161,29 +161,34 @@ def measure(
 
 
 def render(runs: dict[str, list[WrkResult]], args: argparse.Namespace) -> str:
-    """Return the Markdown table: medians per path, and each against ``straight``."""
-    medians = {
-        path: (
-            statistics.median(r.requests_per_second for r in results),
-            statistics.median(r.p50_ms for r in results),
-            statistics.median(r.p99_ms for r in results),
-        )
-        for path, results in runs.items()
-    }
-    straight = medians["straight"][0]
+    """Return the Markdown report: how it was measured, the machine, the table."""
+    return "\n".join(
+        [
+            "# The protected path through nginx (bench/gateway.py)",
+            "",
+            f"- wrk: 1 thread, {args.connections} connections, {args.rounds} round(s) x "
+            f"{args.seconds} s per path, the paths taking turns; loopback, the servers' cores",
+            f"- cached: the service with AUTH_CHECK_CACHE_SECONDS={CACHE_SECONDS}",
+            *report.machine_description(),
+            "",
+            table(runs),
+        ]
+    )
+
+
+def table(runs: dict[str, list[WrkResult]]) -> str:
+    """Return the Markdown table: medians per path, and req/s against ``straight``."""
     lines = [
-        "# The protected path through nginx (bench/gateway.py)",
-        "",
-        f"- wrk: 1 thread, {args.connections} connections, {args.rounds} round(s) x "
-        f"{args.seconds} s per path, rounds interleaved; loopback, the same cores as the servers",
-        *report.machine_description(),
-        "",
         "| path | req/s | vs straight | p50 ms | p99 ms | statuses |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    for path, (rps, p50, p99) in medians.items():
+    straight = statistics.median(r.requests_per_second for r in runs["straight"])
+    for path, results in runs.items():
+        rps = statistics.median(r.requests_per_second for r in results)
+        p50 = statistics.median(r.p50_ms for r in results)
+        p99 = statistics.median(r.p99_ms for r in results)
         statuses: dict[int, int] = {}
-        for result in runs[path]:
+        for result in results:
             for status, count in result.statuses.items():
                 statuses[status] = statuses.get(status, 0) + count
         shown = ", ".join(f"{status} ({count})" for status, count in sorted(statuses.items()))
