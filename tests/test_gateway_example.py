@@ -1,10 +1,12 @@
-"""docs/examples/upstream.py, a service verifying tokens itself, against the real service,
-through a key rotation (docs/signing-keys.md)."""
+"""docs/gateway.md's runnable parts against the real service: the curl example of the check,
+and docs/examples/upstream.py, a service verifying tokens itself, through a key rotation."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,10 +19,12 @@ import requests
 from werkzeug.serving import make_server
 
 from app.keys import create_private_file, load_key_ring, new_private_key_pem
-from tests.conftest import ROOT, Gunicorn, fresh, stop_process, unsigned_token
+from tests.conftest import ROOT, Gunicorn, fresh, require_tool, stop_process, unsigned_token, which
+from tests.test_readme import marked_block
 
 pytestmark = [pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
+PAGE = ROOT / "docs" / "gateway.md"
 EXAMPLE = ROOT / "docs" / "examples" / "upstream.py"
 JWKS_PATH = "/.well-known/jwks.json"
 
@@ -142,3 +146,24 @@ def test_the_example_verifies_the_services_tokens_through_a_key_rotation(
     answer = call(upstream, "/hello", sign(stranger))
     assert answer.status_code == 503
     assert call(upstream, "/hello", bob).status_code == 200  # keys already held still verify
+
+
+def test_the_gateway_pages_curl_example_runs_against_gunicorn(gunicorn_server):
+    require_tool(bool(which("curl") and which("jq")), "curl and jq", "apt-get install curl jq")
+    server = gunicorn_server(workers=1)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", marked_block(PAGE.read_text(), "gateway-check")],
+        env={"PATH": "/usr/bin:/bin", "BASE_URL": server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["X-Auth-Request-User: alice", "X-Auth-Request-Groups: user"]
+    assert re.fullmatch(r"X-Auth-Request-Expires: \d{10}", lines[2])
+    assert lines[3:] == [
+        "403",
+        '{"message":"the check takes no query, role=user or role=admin"}',
+        "400",
+    ]
