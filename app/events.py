@@ -53,7 +53,8 @@ class Reason(StrEnum):
     BAD_CREDENTIALS = "bad_credentials"
     #: /api/v1/me 401: a cookie token that was logged out.
     LOGGED_OUT = "logged_out"
-    #: 403 on the login start or the logout: a request from another site.
+    #: 403 on the login start or the logout, 401 at /auth/check for a cookie token: a
+    #: request from another site.
     CROSS_SITE = "cross_site"
     #: 429: over RATE_LIMIT_AUTH (per address), over LOGIN_FAILURE_LIMIT (per username).
     RATE_LIMITED = "rate_limited"

@@ -38,6 +38,7 @@ UNKNOWN_VERSION = "0+unknown"
 OPTION_OFF: dict[str, Callable[[Settings], bool]] = {
     "x-without-user-directory": lambda settings: not settings.users_file,
     "x-without-rate-limit": lambda settings: not settings.rate_limit_auth,
+    "x-without-check-cookie": lambda settings: not settings.auth_check_cookie,
     # /login is limited per client address, and per username when a directory checks it
     "x-without-login-limit": lambda settings: (
         not settings.rate_limit_auth and not (settings.users_file and settings.login_failure_limit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from functools import wraps
@@ -60,27 +61,37 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
         return None, error.reason
 
 
-def authenticated_cookie_user() -> dict[str, Any]:
-    """Return the user named by the request's cookie token, or 401 (no Bearer challenge).
+def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
+    """Return the user named by the request's cookie token and its expiry (whole seconds),
+    or None, 0 and the Reason it is refused.
 
-    A token logged out (``log_out_cookie_token``) is 401 too: the store is asked, after
+    A token logged out (``log_out_cookie_token``) is refused too: the store is read, after
     the signature, so only a token of ours costs a look-up; a store that cannot answer
-    is a 503, never a pass.
+    raises StoreUnavailableError (a 503), never a pass.
     """
     token = cookie_token()
     if token is None:
-        note(reason=Reason.MISSING)
-        raise Unauthorized()
+        return None, 0, Reason.MISSING
     settings = current_settings()
     try:
         user = verify_cookie_token(token, get_key_ring(), settings.clock_skew)
     except InvalidTokenError as error:
-        note(reason=error.reason)
-        raise Unauthorized() from None
+        return None, 0, error.reason
+    expires_at = _signed_expiry(token)
+    if expires_at is None:
+        return None, 0, Reason.MALFORMED
     if "id" in user:
         note(user=user["id"])
     if get_store().is_denied(token_digest(token)):
-        note(reason=Reason.LOGGED_OUT)
+        return None, 0, Reason.LOGGED_OUT
+    return user, expires_at, ""
+
+
+def authenticated_cookie_user() -> dict[str, Any]:
+    """Return the user named by the request's cookie token, or 401 (no Bearer challenge)."""
+    user, _, reason = verified_cookie_user()
+    if user is None:
+        note(reason=reason)
         raise Unauthorized()
     return user
 
@@ -106,6 +117,13 @@ def log_out_cookie_token() -> None:
     if "id" in user:
         note(user=user["id"])
     note(event=Event.LOGOUT)
+
+
+def _signed_expiry(token: str) -> int | None:
+    """Return the ``exp`` of a token verified just before, in whole seconds rounded down
+    (so never later than the token's own), or None when it is no finite number."""
+    expires_at = jwt.decode(token, options={"verify_signature": False})["exp"]
+    return math.floor(expires_at) if math.isfinite(expires_at) else None
 
 
 def role_allows(role: str, required: tuple[str, ...]) -> bool:

@@ -163,7 +163,7 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
             for peer in peers:
                 peer.wait_ready(workers)
                 credentials[peer.name] = credentials_of(peer, peer_secret, args, folder)
-                check_answers(peer, scenario_list, credentials[peer.name])
+                check_answers(peer, peer_scenarios(scenario_list), credentials[peer.name])
             floor.wait_ready(workers)
             credentials[FLOOR] = credentials[SERVICE]  # the same requests, byte for byte
             check_answers(floor, floor_scenarios(scenario_list), credentials[FLOOR])
@@ -189,6 +189,11 @@ def compare(args: argparse.Namespace) -> tuple[int, str]:
     }
     status, markdown = render(args, settings, scenario_list, list(apps), summaries, pair_summaries)
     return status, "\n".join([markdown, *report.log_warnings_section(warnings)])
+
+
+def peer_scenarios(scenario_list: list[Scenario]) -> list[Scenario]:
+    """Return the scenarios the peers answer: all but the service's own endpoints."""
+    return [scenario for scenario in scenario_list if scenario.peers]
 
 
 def floor_scenarios(scenario_list: list[Scenario]) -> list[Scenario]:
@@ -272,7 +277,12 @@ def measure(
     floor_keys = {scenario.key for scenario in floor_scenarios(scenario_list)}
 
     def apps_of(scenario: Scenario) -> list[str]:
-        return [name for name in apps if name != FLOOR or scenario.key in floor_keys]
+        return [
+            name
+            for name in apps
+            if (name != FLOOR or scenario.key in floor_keys)
+            and (name not in PEERS or scenario.peers)
+        ]
 
     if args.warmup:
         for scenario in scenario_list:
@@ -320,7 +330,7 @@ def measure_pairs(
     """Run the service beside each other app at once, on one CPU (bench/paired.py).
 
     Keys: (the other app, the service's scenario); the floor answers the scenario it
-    is the measure of (its a for a* and e). Each wrk gets half the connections.
+    is the measure of (its a for a*, e and g). Each wrk gets half the connections.
     """
     by_key = {scenario.key: scenario for scenario in scenario_list}
     connections = max(1, args.connections // 2)
@@ -330,7 +340,7 @@ def measure_pairs(
         for round_number in range(args.rounds):
             for scenario in scenario_list:
                 for name, other in apps.items():
-                    if name == SERVICE:
+                    if name == SERVICE or (name in PEERS and not scenario.peers):
                         continue
                     theirs = by_key[scenario.floor_key] if name == FLOOR else scenario
                     mine = (service, scenario, credentials[SERVICE], args, folder, args.seconds)
@@ -380,7 +390,7 @@ def settings_lines(args: argparse.Namespace, settings: dict[str, str]) -> list[s
         f"round(s) x {args.seconds} s per scenario and app, rounds interleaved, "
         f"{args.warmup} s warm-up each; loopback",
         "- CPU µs/req: utime+stime of the gunicorn master and workers (/proc) over the "
-        "requests wrk completed; medians over rounds; a* and e are compared with the floor's a",
+        "requests wrk completed; medians over rounds; a*, e and g are compared with the floor's a",
         "- paired runs (the targets): the service and one other app loaded at once, both "
         "apps' gunicorn on one CPU, their two wrk (half the connections each) on the others; "
         "the ratio of their CPU per request in each round, median over rounds (bench/paired.py)",

@@ -38,6 +38,7 @@ class Scenario:
     authorization: str | None = None  # "user", "bad" or "many": which Bearer token
     content_type: str | None = None
     body: str | None = None  # may name {refresh_token}
+    peers: bool = True  # False: an endpoint of the service's own, which the peers lack
 
     @property
     def route(self) -> str:
@@ -61,6 +62,8 @@ def scenarios(distinct_tokens: int) -> list[Scenario]:
                  401, "a", "bad"),
         Scenario("f", "POST /restaurant-reservation, JSON", "POST", "/restaurant-reservation",
                  200, "f", "user", JSON, '{"guestsCount": 4}'),
+        Scenario("g", "GET /auth/check, valid token (the nginx gateway's check)", "GET",
+                 "/auth/check", 200, "a", "user", peers=False),
     ]  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import time
 import jwt
 import pytest
 
-from bench import paired, procstat, report, scale, scenarios, servers, wrk
+from bench import gateway, paired, procstat, report, run, scale, scenarios, servers, wrk
 from bench.report import Run, Summary
 
 WRK_OUTPUT = """\
@@ -179,6 +179,25 @@ def test_targets_are_judged_on_the_paired_ratios():
     assert verdicts["b: service CPU/request below both peers"] is True
     assert verdicts["c: service CPU/request below both peers"] is None
     assert found["b: service CPU/request below both peers"].value == "0.96x, 0.89x"
+
+
+def test_the_gateway_check_is_judged_against_the_floor_alone():
+    scenario_list = scenarios.scenarios(3000)
+    (check,) = [scenario for scenario in scenario_list if scenario.path == "/auth/check"]
+    assert (check.key, check.floor_key, check.peers) == ("g", "a", False)  # the peers lack it
+    assert check not in run.peer_scenarios(scenario_list)
+    pair_summaries = {("floor", "g"): pair_summary(470, 500)}  # 0.94x
+    found = {t.what: t for t in report.targets(scenario_list, pair_summaries, ["peer one"])}
+    assert found["g: service CPU/request vs floor a"].met is True
+    assert found["g: service CPU/request vs floor a"].limit == "<= 0.95x"
+    assert "g: service CPU/request below both peers" not in found
+
+
+def test_the_gateway_bench_reads_its_paths_against_the_straight_one():
+    result = wrk.parse(WRK_OUTPUT)
+    runs = {path: [result] for path in gateway.PATHS}
+    text = gateway.table(runs)
+    assert "| straight | 1535 | 1.00x | 0.81 | 1200.00 | 403 (7680), 500 (8) |" in text
 
 
 def test_a_pair_summary_is_the_median_of_the_rounds_ratios_and_checks_both_statuses():

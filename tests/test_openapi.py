@@ -46,6 +46,7 @@ CONTRACT = {
     ("/restaurant-reservation", "post"),
     ("/user-accessible", "get"),
     ("/admin-accessible", "get"),
+    ("/auth/check", "get"),
     ("/api/v1/me", "get"),
     ("/auth/{provider}/login", "get"),
     ("/auth/{provider}/callback", "get"),
@@ -401,6 +402,8 @@ def test_security_schemes_are_bearer_jwt_and_the_auth_cookie(make_app):
         ("/user-accessible", "head"): [{"bearerAuth": []}],
         ("/admin-accessible", "get"): [{"bearerAuth": []}],
         ("/admin-accessible", "head"): [{"bearerAuth": []}],
+        ("/auth/check", "get"): [{"bearerAuth": []}],  # and cookieAuth with AUTH_CHECK_COOKIE
+        ("/auth/check", "head"): [{"bearerAuth": []}],
         ("/api/v1/me", "get"): [{"cookieAuth": []}],
         ("/api/v1/me", "head"): [{"cookieAuth": []}],
     }

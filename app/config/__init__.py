@@ -183,6 +183,10 @@ class Settings:
     cookie_token_lifetime: int = setting(
         "COOKIE_TOKEN_LIFETIME", parse.int_between(60, 2_592_000), 3600
     )
+    #: Whether GET /auth/check (the nginx gateway) also accepts the cookie token.
+    auth_check_cookie: bool = setting("AUTH_CHECK_COOKIE", parse.boolean, False)
+    #: Seconds nginx may keep a Bearer token's 200 from GET /auth/check (never past exp); 0: none.
+    auth_check_cache_seconds: int = setting("AUTH_CHECK_CACHE_SECONDS", parse.int_between(0, 60), 0)
     #: Read as names from OIDC_PROVIDERS, then completed from OIDC_<NAME>_* variables.
     identity_providers: tuple[IdentityProvider, ...] = providers_setting("OIDC_PROVIDERS")
     login_redirect_url: str = setting("LOGIN_REDIRECT_URL", parse.redirect_target, "/api/v1/me")

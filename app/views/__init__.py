@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.views import auth, jwks, me, oauth, ops, resources
+from app.views import auth, gateway, jwks, me, oauth, ops, resources
 
 
 def register_blueprints(app: Flask) -> None:
     """Mount every blueprint on ``app``."""
     app.register_blueprint(auth.bp)
     app.register_blueprint(resources.bp)
+    app.register_blueprint(gateway.bp)
     app.register_blueprint(me.bp)
     app.register_blueprint(oauth.bp)
     app.register_blueprint(ops.bp)
