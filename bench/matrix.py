@@ -85,8 +85,8 @@ def redis_stores(folder: Path) -> Iterator[Stores]:
 
 
 @contextlib.contextmanager
-def postgres_stores(folder: Path) -> Iterator[Stores]:
-    with store_servers.postgres_server(folder / "postgres") as server:
+def postgres_stores(_folder: Path) -> Iterator[Stores]:
+    with store_servers.postgres_server() as server:
         yield Stores(
             server.url,
             server.url,

@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -121,8 +122,9 @@ def postgres_missing() -> str | None:
 
 
 @contextlib.contextmanager
-def postgres_server(folder: Path) -> Iterator[StoreServer]:
-    """Run a PostgreSQL of its own in ``folder`` (as ``postgres`` when root); yield it.
+def postgres_server() -> Iterator[StoreServer]:
+    """Run a PostgreSQL of its own in a new temporary folder (as ``postgres`` when root,
+    which then owns the folder); yield it, and remove the folder after.
 
     Its durability is PostgreSQL's default (``fsync``, ``synchronous_commit`` on), the
     settings a service that promises committed logins runs with.
@@ -132,7 +134,7 @@ def postgres_server(folder: Path) -> Iterator[StoreServer]:
     user = None
     if os.geteuid() == 0:  # initdb refuses to run as root
         user = pwd.getpwnam("postgres")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="bench-postgres-"))  # a 0700 parent would bar it
     data, sockets = folder / "data", folder / "sockets"
     sockets.mkdir(exist_ok=True)
     if user is not None:
@@ -159,26 +161,35 @@ def postgres_server(folder: Path) -> Iterator[StoreServer]:
         "--no-instructions", "-E", "UTF8",
     )  # fmt: skip
     if initdb.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
         raise RuntimeError(f"initdb failed: {initdb.stderr[-2000:]}")
     options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c max_connections=100"
     started = as_owner(
         str(binaries / "pg_ctl"), "-D", str(data), "-l", str(folder / "postgres.log"),
         "-o", options, "-w", "-t", "60", "start",
     )  # fmt: skip
-    if started.returncode != 0:
-        raise RuntimeError(f"pg_ctl start failed: {started.stderr[-2000:]} {started.stdout}")
-    pid = int((data / "postmaster.pid").read_text().split()[0])
+    pid_file = data / "postmaster.pid"
+    pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
     try:
+        if started.returncode != 0 or pid is None:
+            raise RuntimeError(f"pg_ctl start failed: {started.stderr[-2000:]} {started.stdout}")
         yield StoreServer(f"postgresql://bench@127.0.0.1:{port}/postgres", pid)
     finally:
+        if pid is not None:
+            _stop_postmaster(pid)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop_postmaster(pid: int) -> None:
+    """Stop PostgreSQL by its PID: SIGINT (a "fast" shutdown), then SIGKILL if it lingers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)  # "fast" shutdown: roll back, close, checkpoint
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.1)
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
