@@ -38,6 +38,7 @@ from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from app.redis_client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 from app.store.base import (
@@ -98,6 +99,15 @@ class _Connection:
         return cls(client, **scripts)
 
 
+def _run_login(connection: _Connection, keys: tuple[str, ...], args: tuple[str | int, ...]) -> None:
+    """Run lua/login.lua: one EVALSHA, one reply (a MULTI of its three writes would cost
+    this process five replies to read); redis-py's Script loads it if Redis lacks it."""
+    try:
+        connection.client.execute_command("EVALSHA", connection.login.sha, 3, *keys, *args)
+    except NoScriptError:  # a Redis restarted since, or another one: load it, run it
+        connection.login(keys=keys, args=args, client=connection.client)
+
+
 class RedisTokenStore(RefreshTokenStore):
     """Refresh tokens in one Redis, shared by every worker of every host.
 
@@ -129,21 +139,19 @@ class RedisTokenStore(RefreshTokenStore):
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
+        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults
+            keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
+            try:  # _answering's work without its generator frames: on every login
+                _run_login(self._open(), keys, (username, issued_at, _microseconds(now), digest))
+            except REDIS_FAILURES as error:
+                raise self._unavailable(error) from error
+            return
+        expires_at = issued_at + policy.lifetime if policy.lifetime else ""
         with self._answering() as connection:
-            if policy.lifetime or policy.per_user:
-                expires_at = issued_at + policy.lifetime if policy.lifetime else ""
-                self._run(
-                    connection, connection.issue, [], digest, username, repr(now),
-                    issued_at, expires_at, policy.per_user, PURGE_BATCH, _microseconds(now),
-                )  # fmt: skip
-                return
-            # SPEC.md's defaults: one script, one reply (a MULTI of the same three writes
-            # costs this process five replies to read)
-            connection.login(
-                keys=[TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY],
-                args=[username, issued_at, _microseconds(now), digest],
-                client=connection.client,
-            )
+            self._run(
+                connection, connection.issue, [], digest, username, repr(now),
+                issued_at, expires_at, policy.per_user, PURGE_BATCH, _microseconds(now),
+            )  # fmt: skip
 
     def owner_of(self, token: str) -> str | None:
         key = TOKEN_KEY_PREFIX + token_digest(token)
