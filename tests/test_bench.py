@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sqlite3
@@ -330,8 +331,6 @@ def test_the_sqlite_store_floor_writes_one_row_per_login_and_reads_the_known_one
 
 
 def test_the_store_matrix_judges_each_store_and_request_and_names_what_it_skipped():
-    import argparse
-
     from bench import matrix
 
     def pairs(service_us: float, other_us: float, status: int = 200) -> list[paired.Pair]:
@@ -362,3 +361,32 @@ def test_the_store_matrix_judges_each_store_and_request_and_names_what_it_skippe
     assert [backend.name for backend in matrix.BACKENDS] == ["SQLite", "Redis", "PostgreSQL"]
     short = argparse.Namespace(seconds=1, warmup=0, connections=16, short=True)
     assert "| met |" not in matrix.render(short, 1, outcomes[:1])[1]  # no verdict when short
+
+
+def test_the_scale_report_judges_each_store_against_1_05x():
+    def pairs(full_us: float, empty_us: float) -> list[paired.Pair]:
+        return [
+            paired.Pair(run_of(1000, full_us / 1000, {200: 1000}),
+                        run_of(1000, empty_us / 1000, {200: 1000}))
+        ]  # fmt: skip
+
+    logins = wrk.WrkResult(
+        requests=100, seconds=1.0, requests_per_second=100.0, p50_ms=1.0, p99_ms=2.0,
+        non_2xx=0, socket_errors={"connect": 0, "read": 0, "write": 0, "timeout": 0},
+        statuses={200: 100},
+    )  # fmt: skip
+    memory = {"before": {1: 1000}, "after": {1: 1020}, "warmup": logins, "result": logins,
+              "replaced": []}  # fmt: skip
+    args = argparse.Namespace(stored_tokens=10, rounds=1, seconds=1, threads=1, connections=2,
+                              warmup_logins=10, logins=100)  # fmt: skip
+    results = [
+        scale.StoreScale("SQLite", 1.0, 11, pairs(1050, 1000)),
+        scale.StoreScale("Redis", 1.0, 11, pairs(1060, 1000)),
+    ]
+    settings = {"workers": "2", "worker_class": "gthread"}
+    status, markdown = scale.render(args, settings, results, memory)
+    assert status == 0
+    assert "| SQLite: /token CPU/request, full store vs empty | 1.05x (1.05 - 1.05) " in markdown
+    assert "| <= 1.05x | met |" in markdown
+    assert "| Redis: /token CPU/request, full store vs empty | 1.06x" in markdown
+    assert "| <= 1.05x | **missed** |" in markdown
