@@ -135,7 +135,13 @@ def matrix_scenarios() -> list[Scenario]:
 def run(args: argparse.Namespace, rounds: int) -> tuple[int, str]:
     """Run every backend of the matrix; return the exit status and the Markdown section."""
     outcomes = []
+    chosen = {name.strip().lower() for name in getattr(args, "stores", "").split(",") if name}
+    unknown = chosen - {backend.name.lower() for backend in BACKENDS}
+    if unknown:
+        raise ValueError(f"no store named {', '.join(sorted(unknown))} in the matrix")
     for backend in BACKENDS:
+        if chosen and backend.name.lower() not in chosen:
+            continue
         reason = backend.missing()
         if reason is not None:
             print(f"store matrix: {backend.name} skipped: {reason}", file=sys.stderr)

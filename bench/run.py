@@ -86,6 +86,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "(default 1; short: 0)",
     )  # fmt: skip
     parser.add_argument(
+        "--stores", default="",
+        help="the store matrix's stores, by name, comma-separated (default: every one)",
+    )  # fmt: skip
+    parser.add_argument(
         "--matrix-rounds", type=int,
         help="paired rounds per request and store in the store matrix (default 5; short: 1)",
     )  # fmt: skip

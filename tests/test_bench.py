@@ -359,6 +359,8 @@ def test_the_store_matrix_judges_each_store_and_request_and_names_what_it_skippe
     assert "not run: no server here" in markdown
     assert status == 1  # a 503 among the answers
     assert [backend.name for backend in matrix.BACKENDS] == ["SQLite", "Redis", "PostgreSQL"]
+    with pytest.raises(ValueError, match="no store named memcached"):
+        matrix.run(argparse.Namespace(stores="sqlite,memcached"), 1)  # before starting anything
     short = argparse.Namespace(seconds=1, warmup=0, connections=16, short=True)
     assert "| met |" not in matrix.render(short, 1, outcomes[:1])[1]  # no verdict when short
 
