@@ -25,7 +25,8 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale bench-gateway \
+.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
+	bench-matrix bench-gateway \
 	requirements clean
 
 help:  ## list the targets
@@ -107,6 +108,9 @@ bench-short: $(INSTALLED)  ## every scenario once for 1 s; fails on an unexpecte
 
 bench-scale: $(INSTALLED)  ## /token on 1,000,000 stored tokens; workers' RSS over 100,000 logins
 	$(BIN)/python -m bench.run --scale
+
+bench-matrix: $(INSTALLED)  ## the store matrix alone: /login and /token on each store vs a store floor
+	$(BIN)/python -m bench.run --matrix
 
 bench-gateway: $(INSTALLED)  ## req/s and p99 through nginx: straight, with the gateway's check, cached
 	$(BIN)/python -m bench.gateway

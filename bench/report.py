@@ -224,11 +224,13 @@ def machine_description() -> list[str]:
 
     model = "unknown CPU"
     try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):  # noqa: SIM115
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-        memory = open("/proc/meminfo", encoding="utf-8").readline().split()[1]  # noqa: SIM115
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            memory = meminfo.readline().split()[1]
         memory_text = f"{int(memory) / 1024 / 1024:.0f} GiB"
     except OSError:
         memory_text = "unknown"

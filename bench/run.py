@@ -3,6 +3,7 @@
     make bench          # .venv/bin/python -m bench.run: 3 rounds x 5 s, targets, results file
     make bench-short    # .venv/bin/python -m bench.run --short: 1 round x 1 s, statuses only
     make bench-scale    # .venv/bin/python -m bench.run --scale: 1,000,000 stored tokens, RSS
+    python -m bench.run --matrix   # the store matrix alone (bench/matrix.py)
 
 In one run, rounds interleaved, wrk drives the same scenarios against:
 
@@ -11,6 +12,9 @@ In one run, rounds interleaved, wrk drives the same scenarios against:
 - the floor (bench/floor_app.py): the same routes answering the service's own responses
   as constants, with no work at all;
 - two peers (bench/peers/): SPEC.md in plain Flask + PyJWT, and in Flask-JWT-Extended.
+
+Then the store matrix (bench/matrix.py): /login and /token on each store, against a
+floor doing one write or one read on that store.
 
 The floor and the peers run under the service's worker settings (read from gunicorn's
 ``--print-config``) with gunicorn's standard access log. Every server writes its logs
@@ -39,7 +43,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench import paired, report, scale, scenarios, servers, wrk
+from bench import matrix, paired, report, scale, scenarios, servers
+from bench.measure import check_answers, one_run
 from bench.paired import Pair, PairSummary
 from bench.report import FLOOR, SERVICE, Run, Summary
 from bench.scenarios import Credentials, Scenario
@@ -51,8 +56,6 @@ PEERS = {
     "peer: Flask+PyJWT": "peers.pyjwt_peer",
     "peer: Flask-JWT-Extended": "peers.jwt_extended_peer",
 }
-#: Seconds between the end of a wrk run and the CPU reading, for requests still in flight.
-SETTLE_SECONDS = 0.1
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -71,11 +74,24 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="the service alone: /token on a store of --stored-tokens, and workers' RSS "
         "over --logins logins",
     )  # fmt: skip
+    parser.add_argument(
+        "--matrix", action="store_true",
+        help="the store matrix alone: /login and /token on each store against a store floor "
+        "(with --short: once for 1 s)",
+    )  # fmt: skip
     parser.add_argument("--seconds", type=int, help="length of one wrk run (default 5; short: 1)")
     parser.add_argument("--rounds", type=int, help="runs per scenario and app (default 3)")
     parser.add_argument(
         "--warmup", type=int, help="seconds of unmeasured load per scenario and app first "
         "(default 1; short: 0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stores", default="",
+        help="the store matrix's stores, by name, comma-separated (default: every one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--matrix-rounds", type=int,
+        help="paired rounds per request and store in the store matrix (default 5; short: 1)",
     )  # fmt: skip
     parser.add_argument("--connections", type=int, default=16, help="wrk connections (16)")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads (1)")
@@ -102,9 +118,13 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     args.seconds = args.seconds or (1 if args.short else 5)
     args.rounds = args.rounds or (1 if args.short else 3)
     args.warmup = (0 if args.short else 1) if args.warmup is None else args.warmup
-    if args.output is None and not args.short:
-        args.output = RESULTS / ("scale.md" if args.scale else "latest.md")
-    if min(args.seconds, args.rounds, args.connections, args.threads) < 1:
+    if args.matrix and args.scale:
+        parser.error("--matrix and --scale are two modes: one at a time")
+    args.matrix_rounds = args.matrix_rounds or (1 if args.short else 5)
+    if args.output is None and (args.matrix or not args.short):
+        default = "scale.md" if args.scale else "store-matrix.md" if args.matrix else "latest.md"
+        args.output = RESULTS / default
+    if min(args.seconds, args.rounds, args.matrix_rounds, args.connections, args.threads) < 1:
         parser.error("--seconds, --rounds, --connections and --threads must be at least 1")
     if args.distinct_tokens < 1 or args.logins < 1 or args.stored_tokens < 0:
         parser.error("--distinct-tokens and --logins must be positive")
@@ -120,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.scale:
             status, markdown = scale.run(args)
+        elif args.matrix:
+            status, markdown = store_matrix(args)
         else:
             status, markdown = compare(args)
+            matrix_status, matrix_markdown = matrix.run(args, args.matrix_rounds)
+            status = max(status, matrix_status)
+            markdown = "\n".join([markdown, "", matrix_markdown])
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as error:
         print(f"bench: cannot run: {error}", file=sys.stderr)
         return 2
@@ -132,6 +157,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwritten to {args.output}")
     print(f"bench: {time.monotonic() - started:.0f} s wall time, exit status {status}")
     return status
+
+
+def store_matrix(args: argparse.Namespace) -> tuple[int, str]:
+    """Run the store matrix alone; return the exit status and the Markdown report."""
+    status, section = matrix.run(args, args.matrix_rounds)
+    header = [
+        "# Benchmark (store matrix)",
+        "",
+        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- code: {code_version()}",
+        *report.machine_description(),
+        "",
+    ]
+    return status, "\n".join([*header, section])
 
 
 def compare(args: argparse.Namespace) -> tuple[int, str]:
@@ -249,23 +288,6 @@ def credentials_of(server: Server, secret: str, args: argparse.Namespace, folder
     return scenarios.credentials(server.url, secret, args.distinct_tokens, folder)
 
 
-def check_answers(
-    server: Server, scenario_list: list[Scenario], credentials: Credentials
-) -> dict[str, scenarios.Answer]:
-    """Send each scenario once; raise unless every answer has the expected status."""
-    answers = {}
-    for scenario in scenario_list:
-        headers, body = scenarios.request_parts(scenario, credentials)
-        answer = scenarios.send(server.url + scenario.path, scenario.method, headers, body)
-        if answer.status != scenario.expected_status:
-            raise RuntimeError(
-                f"{server.name}, scenario {scenario.key} ({scenario.title}): expected "
-                f"{scenario.expected_status}, got {answer.status} {answer.body[:200]!r}"
-            )
-        answers[scenario.key] = answer
-    return answers
-
-
 def measure(
     apps: dict[str, Server],
     scenario_list: list[Scenario],
@@ -298,26 +320,6 @@ def measure(
                 runs.setdefault((name, scenario.key), []).append(run)
                 progress(round_number, scenario, name, run)
     return runs
-
-
-def one_run(
-    server: Server,
-    scenario: Scenario,
-    credentials: Credentials,
-    args: argparse.Namespace,
-    folder: Path,
-    seconds: int,
-    connections: int | None = None,
-) -> Run:
-    """Run wrk once against ``server`` and return what it saw with the server's CPU time."""
-    script = scenarios.wrk_script(scenario, credentials)
-    before = server.cpu_seconds()
-    result = wrk.run(
-        server.url + scenario.path, script, folder / f"scenario-{server.listener.fileno()}.lua",
-        seconds=seconds, connections=connections or args.connections, threads=args.threads,
-    )  # fmt: skip
-    time.sleep(SETTLE_SECONDS)
-    return Run(result, server.cpu_seconds() - before)
 
 
 def measure_pairs(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sqlite3
@@ -326,3 +327,87 @@ def test_the_report_names_the_commit_and_the_files_changed_since(tmp_path):
     assert code_version(tmp_path) == f"{commit} with uncommitted changes to README.md"
     (tmp_path / "app.py").write_text("two\n")
     assert code_version(tmp_path) == f"{commit} with uncommitted changes to README.md, app.py"
+
+
+def test_the_sqlite_store_floor_writes_one_row_per_login_and_reads_the_known_one(tmp_path):
+    from bench import store_floor
+
+    url, known = f"sqlite:///{tmp_path / 'floor.sqlite3'}", "d" * 64
+    store_floor.prepare(url, known)
+    floor = store_floor.open_floor_store(url, known)
+    floor.write()
+    floor.write()
+    floor.read()
+    floor.close()
+    with sqlite3.connect(tmp_path / "floor.sqlite3") as connection:
+        assert connection.execute("SELECT count(*) FROM floor_tokens").fetchone() == (3,)
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    missing = store_floor.open_floor_store(url, "e" * 64)
+    with pytest.raises(AssertionError):
+        missing.read()  # a read that finds nothing is a 500, which the bench counts
+    with pytest.raises(ValueError, match="no floor store"):
+        store_floor.open_floor_store("memcached://127.0.0.1", known)
+
+
+def test_the_store_matrix_judges_each_store_and_request_and_names_what_it_skipped():
+    from bench import matrix
+
+    def pairs(service_us: float, other_us: float, status: int = 200) -> list[paired.Pair]:
+        return [
+            paired.Pair(run_of(1000, service_us / 1000, {status: 1000}),
+                        run_of(1000, other_us / 1000, {200: 1000}))
+        ]  # fmt: skip
+
+    outcomes = [
+        matrix.Outcome("SQLite", "SQLite: WAL", {"b": pairs(1100, 1000), "c": pairs(1110, 1000)}),
+        matrix.Outcome("Redis", "Redis: AOF", {"b": pairs(900, 1000), "c": pairs(900, 1000, 503)}),
+        matrix.Outcome("PostgreSQL", skipped="no server here"),
+    ]
+    args = argparse.Namespace(seconds=5, warmup=1, connections=16, short=False)
+    status, markdown = matrix.render(args, 1, outcomes)
+
+    def row(store: str, request: str) -> str:
+        return next(
+            line for line in markdown.splitlines() if line.startswith(f"| {store} | {request}")
+        )
+
+    assert row("SQLite", "login").endswith("| 1.10x | 1.10 - 1.10 | 1 | <= 1.10x | met |")
+    assert row("SQLite", "refresh").endswith("| <= 1.10x | **missed** |")  # 1.11x
+    assert row("Redis", "login").endswith("| 0.90x | 0.90 - 0.90 | 1 | <= 1.10x | met |")
+    assert row("Redis", "refresh").endswith("| **wrong statuses** |")
+    assert "not run: no server here" in markdown
+    assert status == 1  # a 503 among the answers
+    assert [backend.name for backend in matrix.BACKENDS] == ["SQLite", "Redis", "PostgreSQL"]
+    with pytest.raises(ValueError, match="no store named memcached"):
+        matrix.run(argparse.Namespace(stores="sqlite,memcached"), 1)  # before starting anything
+    short = argparse.Namespace(seconds=1, warmup=0, connections=16, short=True)
+    assert "| met |" not in matrix.render(short, 1, outcomes[:1])[1]  # no verdict when short
+
+
+def test_the_scale_report_judges_each_store_against_1_05x():
+    def pairs(full_us: float, empty_us: float) -> list[paired.Pair]:
+        return [
+            paired.Pair(run_of(1000, full_us / 1000, {200: 1000}),
+                        run_of(1000, empty_us / 1000, {200: 1000}))
+        ]  # fmt: skip
+
+    logins = wrk.WrkResult(
+        requests=100, seconds=1.0, requests_per_second=100.0, p50_ms=1.0, p99_ms=2.0,
+        non_2xx=0, socket_errors={"connect": 0, "read": 0, "write": 0, "timeout": 0},
+        statuses={200: 100},
+    )  # fmt: skip
+    memory = {"before": {1: 1000}, "after": {1: 1020}, "warmup": logins, "result": logins,
+              "replaced": []}  # fmt: skip
+    args = argparse.Namespace(stored_tokens=10, rounds=1, seconds=1, threads=1, connections=2,
+                              warmup_logins=10, logins=100)  # fmt: skip
+    results = [
+        scale.StoreScale("SQLite", 1.0, 11, pairs(1050, 1000)),
+        scale.StoreScale("Redis", 1.0, 11, pairs(1060, 1000)),
+    ]
+    settings = {"workers": "2", "worker_class": "gthread"}
+    status, markdown = scale.render(args, settings, results, memory)
+    assert status == 0
+    assert "| SQLite: /token CPU/request, full store vs empty | 1.05x (1.05 - 1.05) " in markdown
+    assert "| <= 1.05x | met |" in markdown
+    assert "| Redis: /token CPU/request, full store vs empty | 1.06x" in markdown
+    assert "| <= 1.05x | **missed** |" in markdown

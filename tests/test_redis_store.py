@@ -45,6 +45,19 @@ def test_keys_hold_digests_and_never_expire(store, session_redis):
         assert client.hgetall(f"rt:token:{digest}")["username"] == "a:b"
 
 
+def test_a_login_after_redis_forgot_its_scripts_loads_them_again(store, session_redis):
+    first, second = new_refresh_token(), new_refresh_token()
+    store.issue(first, "alice")
+    with session_redis.client() as client:
+        client.script_flush()  # what a restart without the script cache leaves
+        store.issue(second, "alice")
+        assert client.hgetall(f"rt:token:{token_digest(second)}")["username"] == "alice"
+    assert store.owner_of(second) == "alice"
+    assert [record.digest_prefix for record in store.tokens_of("alice")] == [
+        token_digest(token)[:12] for token in (first, second)
+    ]
+
+
 def test_revoking_the_last_token_leaves_no_key_behind(store, session_redis):
     tokens = [new_refresh_token() for _ in range(3)]
     for token in tokens:

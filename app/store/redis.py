@@ -22,9 +22,10 @@ holding ``:`` or anything else get keys of their own. With SPEC.md's defaults no
 key has a TTL (refresh tokens are valid until revoked). With a lifetime, a token's
 hash and its family's set expire with the token, and each issue or rotation purges
 a bounded batch of ``rt:expiring``'s due members from the other sets, so nothing
-dangles for long. Each operation is one MULTI/EXEC transaction or one Lua script,
-so no reader ever sees a token without its index entries. Times come from the
-client (the app host's clock), as with SQLite; the TTLs are set relative to them.
+dangles for long. Each change is one Lua script (or one ``SET``, a deny entry), so no
+reader ever sees a token without its index entries, and a login, a refresh, a rotation or
+a revoke is one round trip. Times come from the client (the app host's clock), as with
+SQLite; the TTLs are set relative to them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from app.redis_client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 from app.store.base import (
@@ -61,12 +63,15 @@ DENIED_KEY_PREFIX = "rt:denied:"
 #: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
 PURGE_ALL_BATCH = 1000
 
-#: Each script's source: the shared head (lua/forget.lua), then its own file.
+#: Each script's source: the shared head (lua/forget.lua), then its own file; the
+#: defaults' login (lua/login.lua) needs none of the head's functions and goes without.
 SCRIPTS = {
     file.removesuffix(".lua"): read_lua("app.store", "forget.lua", file)
     for file in ("revoke.lua", "revoke_all.lua", "revoke_prefix.lua", "purge.lua", "issue.lua",
                  "rotate.lua")
-}  # fmt: skip
+} | {"login": read_lua("app.store", "login.lua")}  # fmt: skip
+#: The fields ``owner_of`` reads of a token's hash.
+OWNER_FIELDS = ("username", "expires_at", "retired_at")
 
 
 def _microseconds(now: float) -> int:
@@ -85,12 +90,22 @@ class _Connection:
     purge: Script
     issue: Script
     rotate: Script
+    login: Script
 
     @classmethod
     def of(cls, client: redis.Redis) -> _Connection:
         """Return ``client`` with the scripts registered (loaded by Redis on first use)."""
         scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
         return cls(client, **scripts)
+
+
+def _run_login(connection: _Connection, keys: tuple[str, ...], args: tuple[str | int, ...]) -> None:
+    """Run lua/login.lua: one EVALSHA, one reply (a MULTI of its three writes would cost
+    this process five replies to read); redis-py's Script loads it if Redis lacks it."""
+    try:
+        connection.client.execute_command("EVALSHA", connection.login.sha, 3, *keys, *args)
+    except NoScriptError:  # a Redis restarted since, or another one: load it, run it
+        connection.login(keys=keys, args=args, client=connection.client)
 
 
 class RedisTokenStore(RefreshTokenStore):
@@ -124,27 +139,26 @@ class RedisTokenStore(RefreshTokenStore):
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
+        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults
+            keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
+            try:  # _answering's work without its generator frames: on every login
+                _run_login(self._open(), keys, (username, issued_at, _microseconds(now), digest))
+            except REDIS_FAILURES as error:
+                raise self._unavailable(error) from error
+            return
+        expires_at = issued_at + policy.lifetime if policy.lifetime else ""
         with self._answering() as connection:
-            if policy.lifetime or policy.per_user:
-                expires_at = issued_at + policy.lifetime if policy.lifetime else ""
-                self._run(
-                    connection, connection.issue, [], digest, username, repr(now),
-                    issued_at, expires_at, policy.per_user, PURGE_BATCH, _microseconds(now),
-                )  # fmt: skip
-                return
-            transaction = connection.client.pipeline(transaction=True)  # SPEC.md's defaults
-            transaction.hset(
-                TOKEN_KEY_PREFIX + digest, mapping={"username": username, "issued_at": issued_at}
-            )
-            # no limit, nothing evicted: the microsecond alone orders the listing
-            transaction.zadd(USER_KEY_PREFIX + username, {digest: _microseconds(now)})
-            transaction.zadd(DIGESTS_KEY, {digest: 0})
-            transaction.execute()
+            self._run(
+                connection, connection.issue, [], digest, username, repr(now),
+                issued_at, expires_at, policy.per_user, PURGE_BATCH, _microseconds(now),
+            )  # fmt: skip
 
     def owner_of(self, token: str) -> str | None:
         key = TOKEN_KEY_PREFIX + token_digest(token)
-        with self._answering() as connection:
-            record = connection.client.hmget(key, ["username", "expires_at", "retired_at"])
+        try:  # _answering's work without its generator frames, HMGET without hmget's: every /token
+            record = self._open().client.execute_command("HMGET", key, *OWNER_FIELDS)
+        except REDIS_FAILURES as error:
+            raise self._unavailable(error) from error
         owner, expires_at, retired_at = cast(list[str | None], record)  # decode_responses: text
         if retired_at is not None or (expires_at is not None and self.clock() >= int(expires_at)):
             return None
@@ -244,9 +258,10 @@ class RedisTokenStore(RefreshTokenStore):
         try:
             yield self._open()
         except REDIS_FAILURES as error:
-            raise StoreUnavailableError(
-                failure_message(f"Redis store {self.location}", error)
-            ) from error
+            raise self._unavailable(error) from error
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailableError:
+        return StoreUnavailableError(failure_message(f"Redis store {self.location}", error))
 
     def _open(self) -> _Connection:
         return self._client.get()[1]

@@ -93,12 +93,15 @@ class SQLiteTokenStore(RefreshTokenStore):
             )
 
     def owner_of(self, token: str) -> str | None:
-        with self._connection() as connection:
-            row = connection.execute(
+        try:  # _connection()'s read, without its generator frames: on every /token
+            cursor = self._open().execute(
                 "SELECT username FROM refresh_tokens WHERE digest = ? AND retired_at IS NULL"
                 " AND (expires_at IS NULL OR expires_at > ?)",
                 (token_digest(token), self.clock()),
-            ).fetchone()
+            )
+            row = cursor.fetchone()
+        except sqlite3.Error as error:
+            raise self._unavailable(error) from error
         return row[0] if row else None
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
