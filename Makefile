@@ -26,7 +26,7 @@ COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
 .PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
-	requirements clean
+	soak requirements clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -107,6 +107,13 @@ bench-short: $(INSTALLED)  ## every scenario once for 1 s; fails on an unexpecte
 
 bench-scale: $(INSTALLED)  ## /token on 1,000,000 stored tokens; workers' RSS over 100,000 logins
 	$(BIN)/python -m bench.run --scale
+
+# The soak (docs/soak.md; needs nginx and redis-server): SOAK_SECONDS of load with faults on
+# each store in SOAK_STORES; the report and its chart go to bench/results/soak-<store>.*
+SOAK_SECONDS ?= 600
+SOAK_STORES ?= sqlite redis
+soak: $(INSTALLED)  ## load with faults through nginx, SOAK_SECONDS (600) on SQLite, then on Redis
+	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .
