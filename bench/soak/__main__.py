@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -59,6 +60,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def stop_on_term(signal_number: int, frame: object) -> None:
+    sys.exit(128 + signal_number)  # through every finally: the servers are stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     if args.seconds < 5:
@@ -97,4 +102,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on_term)
     sys.exit(main())

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.soak.checks import excuse, judged_workers
+from bench.soak.checks import JUDGED_SPAN, excuse, judged_workers
 from bench.soak.client import Answer
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def chart(outcome: Outcome, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     data = series(outcome)
-    figure, axes = plt.subplots(4, 1, figsize=(12, 12), sharex=True)
+    figure, axes = plt.subplots(4, 1, figsize=(14, 12), sharex=True)
     rps, latency, rss, files = axes
     rps.plot(*zip(*data["rps"], strict=True), color="tab:blue", linewidth=0.8, label="answers/s")
     rps.plot(
@@ -76,14 +76,22 @@ def chart(outcome: Outcome, path: Path) -> None:
         latency.plot(*zip(*data["p99"], strict=True), label="p99", color="tab:orange")
     latency.set_yscale("log")
     latency.set_ylabel(f"latency, ms ({LATENCY_WINDOW} s windows)")
-    lines: dict[tuple[str, int], list[tuple[float, float, float]]] = defaultdict(list)
+    # one line per worker process, coloured by its slot: a replacement starts a new line
+    processes: dict[tuple[str, int, int], list[tuple[float, float, int]]] = defaultdict(list)
     for sample in outcome.samples:
-        lines[(sample.service, sample.slot)].append((sample.at, sample.rss_kib / 1024, sample.fds))
-    for (service, slot), points in sorted(lines.items()):
+        key = (sample.service, sample.slot, sample.pid)
+        processes[key].append((sample.at, sample.rss_kib / 1024, sample.fds))
+    colors = matplotlib.colormaps["tab10"]
+    slots = sorted({(service, slot) for service, slot, _ in processes})
+    labelled: set[tuple[str, int]] = set()
+    for (service, slot, _), points in processes.items():
         times, memory, descriptors = zip(*points, strict=True)
+        color = colors(slots.index((service, slot)) % 10)
         style = "-" if service == "plain" else "--"
-        rss.plot(times, memory, style, linewidth=0.9, label=f"{service} worker slot {slot}")
-        files.plot(times, descriptors, style, linewidth=0.9, label=f"{service} slot {slot}")
+        label = f"{service} worker slot {slot}" if (service, slot) not in labelled else None
+        labelled.add((service, slot))
+        rss.plot(times, memory, style, color=color, linewidth=0.9, label=label)
+        files.plot(times, descriptors, style, color=color, linewidth=0.9, label=label)
     rss.set_ylabel("worker RSS, MiB")
     files.set_ylabel("worker open fds")
     files.set_xlabel("seconds since the load started")
@@ -101,12 +109,12 @@ def chart(outcome: Outcome, path: Path) -> None:
         shown.add(fault.kind)
     for axis in axes:
         axis.grid(alpha=0.3)
-        axis.legend(loc="upper left", fontsize=7, ncol=3)
+        axis.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     axes[0].set_title(
         f"Soak on {outcome.options.store}: {outcome.options.seconds:g} s, faults marked"
     )
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    figure.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(figure)
 
 
@@ -213,45 +221,34 @@ def markdown(outcome: Outcome, chart_name: str) -> str:
     lines += ["", "## Workers' memory and open files", ""]
     lines += [
         "Per worker process (a killed worker's replacement is a new PID in the same slot): "
-        "its first reading past its warm-up and its last one. Judged: the workers that "
-        f"lived {100 * 0.2:.0f}% of the run past their warm-up.",
+        "its first reading, its first past its own warm-up, and its last. Judged: the "
+        f"workers that lived {100 * JUDGED_SPAN:.0f}% of the run past their warm-up.",
         "",
     ]
     judged = judged_workers(outcome)
+    warmup = outcome.schedule.warmup
     rows = []
     by_pid: dict[tuple[str, int], list] = defaultdict(list)
     for sample in outcome.samples:
         by_pid[(sample.service, sample.pid)].append(sample)
     for (service, pid), samples in sorted(by_pid.items(), key=lambda item: item[1][0].at):
         first, last = samples[0], samples[-1]
+        born = outcome.first_seen.get(pid, first.at)
+        warm = next((s for s in samples if s.at >= born + warmup), None)
+        growth = "(lived too short)"
         if (service, pid) in judged:
-            first = judged[(service, pid)][0]
-        growth = last.rss_kib / first.rss_kib - 1
-        rows.append(
-            [
-                service,
-                str(first.slot),
-                str(pid),
-                f"{samples[0].at:.0f}-{last.at:.0f}",
-                f"{first.rss_kib / 1024:.1f}",
-                f"{last.rss_kib / 1024:.1f}",
-                f"{growth:+.1%}" if (service, pid) in judged else "(not judged)",
-                f"{first.fds} ({first.other_fds}) -> {last.fds} ({last.other_fds})",
-            ]
-        )
+            growth = f"{last.rss_kib / judged[(service, pid)][0].rss_kib - 1:+.1%}"
+        rows.append([
+            service, str(first.slot), str(pid), f"{first.at:.0f}-{last.at:.0f}",
+            f"{first.rss_kib / 1024:.1f}", f"{warm.rss_kib / 1024:.1f}" if warm else "",
+            f"{last.rss_kib / 1024:.1f}", growth,
+            f"{first.fds} ({first.other_fds}) -> {last.fds} ({last.other_fds})",
+        ])  # fmt: skip
     lines += table(
-        [
-            "service",
-            "slot",
-            "pid",
-            "alive (s)",
-            "RSS MiB after warm-up",
-            "RSS MiB at last",
-            "growth",
-            "fds (not sockets)",
-        ],
+        ["service", "slot", "pid", "seen (s)", "RSS MiB first", "after its warm-up", "last",
+         "growth after warm-up", "fds (not sockets), first -> last"],
         rows,
-    )
+    )  # fmt: skip
     minutes = defaultdict(list)
     for sample in outcome.samples:
         minutes[(sample.service, sample.slot, int(sample.at // 60))].append(sample.rss_kib / 1024)

@@ -20,6 +20,8 @@ from bench.soak.users import LIVE, REVOKED, ROTATED, Abuser, Client, Keys, Ledge
 #: Workers per gunicorn: two, so that one lives on while the other is killed.
 WORKERS = 2
 ABUSERS = 3
+#: Bursts a second of each client over the rate limit (users.Abuser.BURST logins each).
+ABUSER_RATE = 0.5
 #: The states of a token at the end, and what presenting it must then answer.
 FINAL_EXPECTATIONS = (
     (LIVE, "kept token", (200,)),
@@ -150,7 +152,7 @@ class Soak:
                     connection,
                     ledger,
                     deadline,
-                    0.2,
+                    ABUSER_RATE,
                     username=f"abuser-{number}",
                 )
             )
