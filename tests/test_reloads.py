@@ -11,6 +11,8 @@ sent of a POST, so a POST that failed would show here.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import secrets
 import signal
@@ -23,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from bench.soak.client import Answer, Connection
-from bench.soak.sampler import open_files
 from bench.soak.stack import SITE, Gunicorn, Nginx, base_environment, nginx_binary, wait_for
 from tests.conftest import ROOT, require_tool
 
@@ -198,11 +199,11 @@ def test_a_stopping_worker_refuses_new_connections_and_answers_what_it_holds(tmp
     server = Gunicorn("one", env, 1, tmp_path, bound=True).start()
     try:
         (worker,) = server.worker_pids()
-        sockets_before = connections_of(worker)
         # a request whose headers have not ended: the worker holds it, and stays to answer
         held = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         held.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
-        wait_for(lambda: connections_of(worker) > sockets_before, 10, "connection accepted")
+        client_port = held.getsockname()[1]
+        wait_for(lambda: holds(worker, server.port, client_port), 10, "connection accepted")
         server.process.send_signal(signal.SIGTERM)
 
         def refused() -> bool:
@@ -224,9 +225,18 @@ def test_a_stopping_worker_refuses_new_connections_and_answers_what_it_holds(tmp
         server.close()
 
 
-def connections_of(pid: int) -> int:
-    total, not_sockets = open_files(pid)
-    return total - not_sockets
+def holds(pid: int, port: int, client_port: int) -> bool:
+    """Return whether process ``pid`` has accepted the connection from ``client_port``."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, inode = fields[1], fields[2], fields[9]
+        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == client_port:
+            links = []
+            for entry in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    links.append(os.readlink(entry))
+            return f"socket:[{inode}]" in links
+    return False
 
 
 def upstream_keepalive_timeout(text: str) -> float:

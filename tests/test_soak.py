@@ -9,6 +9,7 @@ The soak's full length runs in CI from .ci/run (``make soak SOAK_SECONDS=120``).
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -20,6 +21,11 @@ from bench.soak.sampler import Sample
 from bench.soak.stack import nginx_binary
 from tests.conftest import require_tool
 
+LOST = "Every refresh token kept still refreshes at the end"
+MEMORY_CHECKS = (
+    "Worker RSS grows less than 10% after warm-up",
+    "Open files flat (sockets within nginx's keepalive)",
+)
 ORIGIN = 1000.0
 NOW = 1_800_000_000.0
 
@@ -164,12 +170,13 @@ def test_a_short_soak_fails_on_a_refresh_token_lost_behind_the_services_back(tmp
     status = main([*arguments, "--lose-token", "--results", str(tmp_path)])
     output = capsys.readouterr().out
     assert status == 1, output
-    failures = [line for line in output.splitlines() if line.startswith("  FAIL")]
-    assert failures == [
-        "  FAIL  Every refresh token kept still refreshes at the end: "
-        + failures[0].split(": ", 1)[1]
-    ], output
-    assert "(kept token POST -> 401: 1)" in failures[0]
+    verdicts = {
+        name: verdict for verdict, name in re.findall(r"^  (PASS|FAIL)  ([^:]*):", output, re.M)
+    }
+    # six seconds are too short to judge memory (CI's 2-minute soak does): the rest must hold
+    promises = {name: v for name, v in verdicts.items() if name not in MEMORY_CHECKS}
+    assert promises == dict.fromkeys(promises, "PASS") | {LOST: "FAIL"}, output
+    assert "(kept token POST -> 401: 1)" in output
     report = (tmp_path / "soak-sqlite.md").read_text()
     assert "Verdict: **FAIL**" in report
     assert (tmp_path / "soak-sqlite.png").read_bytes().startswith(b"\x89PNG")
