@@ -1,10 +1,11 @@
 """The soak's verdict: every promise checked by a rule, nothing left to judgement.
 
 - No answer is 5xx (or missing), except a 503 of two kinds: the service's "token store
-  is unavailable" inside the store outage's window, and nginx's "service unavailable"
-  for a request in flight when a worker was killed with ``kill -9`` (sent before the
-  kill or within ``KILL_REACH`` after it, answered after it): what the dead worker held
-  is lost, and nginx retries a POST on no other worker, rightly.
+  is unavailable" to a request in flight during the store's outage or ``OUTAGE_TAIL``
+  after it, and nginx's "service unavailable" to a request in flight when a worker was
+  killed with ``kill -9`` (sent before the kill or within ``KILL_REACH`` after it,
+  answered after it): what the dead worker held is lost, and nginx rightly passes no
+  POST it had sent on to another worker.
 - No valid access token is refused: every protected request a client sent with a token
   of at least 2 s left (users.py) is answered 200 (403 for the admin-only endpoint), the
   old key's tokens within its window included, unless the token expired before the
@@ -13,8 +14,9 @@
 - Forged, expired, revoked and rotated-away tokens are refused when presented, during
   the run and at its end; every refresh token a client kept still refreshes at the end.
 - Worker RSS grows less than ``RSS_LIMIT`` from the end of the warm-up to the last
-  reading, and the open files that are not connections stay exactly flat, for every
-  worker that lived at least ``JUDGED_SPAN`` of the run past its warm-up.
+  reading, the open files that are not sockets do not grow at all, and sockets stay
+  within ``SOCKET_SLACK`` of their first quarter's most, for every worker that lived at
+  least ``JUDGED_SPAN`` of the run past its warm-up.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ def excuse(answer: Answer, outcome: Outcome) -> str | None:
             fault.kind == "store outage"
             and STORE_UNAVAILABLE in answer.body
             and answer.label in STORE_CALLS
-            and fault.at <= started <= (fault.until or fault.at) + OUTAGE_TAIL
+            and finished >= fault.at  # in flight when the store went, or sent after
+            and started <= (fault.until or fault.at) + OUTAGE_TAIL
         ):
             return "store outage"
         if (
