@@ -85,7 +85,9 @@ class Client(threading.Thread):
                 if time.monotonic() >= self.deadline:
                     break
                 self.step()
-                next_at += 1 / self.rate
+                # never a burst to catch up after a slow answer: at most `rate` a second,
+                # as a real client (nginx limits /login and /token to 5 a second per address)
+                next_at = max(next_at + 1 / self.rate, time.monotonic())
                 if self.stopping.wait(max(0.0, min(next_at, self.deadline) - time.monotonic())):
                     break
         except BaseException as error:  # reported by the run, not lost with the thread
