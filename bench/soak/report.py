@@ -203,7 +203,7 @@ def markdown(outcome: Outcome, chart_name: str) -> str:
                         a.service,
                         a.label,
                         str(a.status),
-                        a.body.replace("|", "/"),
+                        " ".join(a.body.split()).replace("|", "/"),
                     ]
                     for a in refused
                 ],
