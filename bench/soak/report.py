@@ -14,7 +14,7 @@ from bench.soak.client import Answer
 if TYPE_CHECKING:
     from bench.soak.run import Outcome
 
-#: Seconds per point of the latency series.
+#: Seconds per point of the chart's series.
 LATENCY_WINDOW = 5
 FAULT_STYLES = {
     "kill -9": ("tab:gray", ":"),
@@ -34,7 +34,8 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def series(outcome: Outcome) -> dict[str, list[tuple[float, float]]]:
-    """Return the chart's series: requests a second, errors a second, p50 and p99 (ms)."""
+    """Return the chart's series, per window of ``LATENCY_WINDOW`` seconds: requests a second,
+    unexpected answers a second, p50 and p99 (ms)."""
     seconds = int(outcome.schedule.seconds) + 1
     done: Counter[int] = Counter()
     errors: Counter[int] = Counter()
@@ -46,9 +47,18 @@ def series(outcome: Outcome) -> dict[str, list[tuple[float, float]]]:
             errors[second] += 1
         latencies[second // LATENCY_WINDOW].append(answer.latency * 1000)
     windows = sorted(latencies)
+    width = LATENCY_WINDOW
+
+    def per_second(counts: Counter[int]) -> list[tuple[float, float]]:
+        """Average each window's seconds: the bursts of the clients over the limit smoothed."""
+        return [
+            ((w + 0.5) * width, sum(counts[w * width + n] for n in range(width)) / width)
+            for w in range(seconds // width)
+        ]
+
     return {
-        "rps": [(s, done[s]) for s in range(seconds)],
-        "errors": [(s, errors[s]) for s in range(seconds)],
+        "rps": per_second(done),
+        "errors": per_second(errors),
         "p50": [((w + 0.5) * LATENCY_WINDOW, percentile(latencies[w], 0.5)) for w in windows],
         "p99": [((w + 0.5) * LATENCY_WINDOW, percentile(latencies[w], 0.99)) for w in windows],
     }
@@ -64,13 +74,11 @@ def chart(outcome: Outcome, path: Path) -> None:
     figure, axes = plt.subplots(4, 1, figsize=(14, 12), sharex=True)
     rps, latency, rss, files = axes
     rps.plot(*zip(*data["rps"], strict=True), color="tab:blue", linewidth=0.8, label="answers/s")
-    rps.plot(
-        *zip(*data["errors"], strict=True),
-        color="tab:red",
-        linewidth=0.8,
-        label="unexpected answers/s (allowed 503s included)",
-    )
-    rps.set_ylabel("requests per second")
+    unexpected = rps.twinx()  # on a scale of their own: a few among hundreds a second
+    unexpected.plot(*zip(*data["errors"], strict=True), color="tab:red", linewidth=0.8)
+    unexpected.set_ylabel("unexpected answers/s (allowed 503s too)", color="tab:red")
+    unexpected.set_ylim(bottom=0)
+    rps.set_ylabel(f"answers per second ({LATENCY_WINDOW} s windows)")
     if data["p50"]:
         latency.plot(*zip(*data["p50"], strict=True), label="p50", color="tab:green")
         latency.plot(*zip(*data["p99"], strict=True), label="p99", color="tab:orange")
@@ -107,9 +115,11 @@ def chart(outcome: Outcome, path: Path) -> None:
             else:
                 axis.axvline(fault.at, color=color, linestyle=style, linewidth=0.9, label=label)
         shown.add(fault.kind)
+    rps.set_ylim(bottom=0)
     for axis in axes:
         axis.grid(alpha=0.3)
-        axis.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
+        right = 1.06 if axis is rps else 1.005  # the first one has a scale on its right
+        axis.legend(loc="upper left", bbox_to_anchor=(right, 1.0), fontsize=7)
     axes[0].set_title(
         f"Soak on {outcome.options.store}: {outcome.options.seconds:g} s, faults marked"
     )
