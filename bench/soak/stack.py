@@ -10,6 +10,7 @@ is down, as a plain ``gunicorn -b`` does.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -211,14 +212,16 @@ def site_config(
     )
     replacements = [
         ("listen 80;", f"listen 127.0.0.1:{listen_port};"),
-        ("server 127.0.0.1:8080;   # gunicorn (make run / PORT)", servers),
         ("/var/log/nginx/token-service.access.log", str(access_log)),
+        ("server 127.0.0.1:8080;", "server 127.0.0.1:8080;"),  # counted here, replaced below
     ]
     for old, new in replacements:
         if text.count(old) != 1:
             raise RuntimeError(f"{SITE} no longer holds {old!r} once: update bench/soak/stack.py")
         text = text.replace(old, new)
-    return text
+    # the server line goes whole, its comment included: each new line names its gunicorn
+    line = re.compile(r"^[ \t]*server 127\.0\.0\.1:8080;.*$", re.M)
+    return line.sub(lambda _: f"    {servers}", text)
 
 
 @dataclass
