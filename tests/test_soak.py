@@ -89,6 +89,7 @@ OUTAGE = Fault(40.0, "store outage", "redis restarted", 43.0)
         (answer("refresh", 503, at=39.0, took=0.5, body=STORE_UNAVAILABLE), OUTAGE),  # before
         (answer("protected GET", 503, at=41.0, body=STORE_UNAVAILABLE), OUTAGE),  # no store call
         (answer("refresh", 0), None),  # no answer at all
+        (answer("refresh", 0, at=21.0, body="IncompleteRead"), KILL),  # cut off, sent after
     ],
 )
 def test_a_5xx_outside_its_window_fails_the_run(bad, fault):
@@ -101,6 +102,7 @@ def test_a_5xx_outside_its_window_fails_the_run(bad, fault):
     ("allowed", "fault"),
     [
         (answer("refresh", 503, at=19.9, took=0.3, body=NGINX_UNAVAILABLE), KILL),
+        (answer("protected POST", 0, at=19.99, body="IncompleteRead(0 bytes read)"), KILL),
         (answer("login", 503, at=44.0, body=STORE_UNAVAILABLE), OUTAGE),
         (answer("login", 503, at=39.9, took=0.2, body=STORE_UNAVAILABLE), OUTAGE),  # in flight
     ],

@@ -2,10 +2,10 @@
 
 - No answer is 5xx (or missing), except a 503 of two kinds: the service's "token store
   is unavailable" to a request in flight during the store's outage or ``OUTAGE_TAIL``
-  after it, and nginx's "service unavailable" to a request in flight when a worker was
-  killed with ``kill -9`` (sent before the kill or within ``KILL_REACH`` after it,
-  answered after it): what the dead worker held is lost, and nginx rightly passes no
-  POST it had sent on to another worker.
+  after it, and nginx's "service unavailable" (or an answer cut off after its head) to a
+  request in flight when a worker was killed with ``kill -9`` (sent before the kill or
+  within ``KILL_REACH`` after it, answered after it): what the dead worker held is lost,
+  and nginx rightly passes no POST it had sent on to another worker.
 - No valid access token is refused: every protected request a client sent with a token
   of at least 2 s left (users.py) is answered 200 (403 for the admin-only endpoint), the
   old key's tokens within its window included, unless the token expired before the
@@ -74,12 +74,13 @@ def excuse(answer: Answer, outcome: Outcome) -> str | None:
         if answer.valid_until <= answer.sent_at + answer.latency:
             return "expired in flight"
         return None
-    if answer.status != 503:
+    if answer.status not in (503, 0):
         return None
     started, finished = answer.started - outcome.origin, answer.finished - outcome.origin
     for fault in outcome.faults:
         if (
             fault.kind == "store outage"
+            and answer.status == 503
             and STORE_UNAVAILABLE in answer.body
             and answer.label in STORE_CALLS
             and finished >= fault.at  # in flight when the store went, or sent after
@@ -88,7 +89,9 @@ def excuse(answer: Answer, outcome: Outcome) -> str | None:
             return "store outage"
         if (
             fault.kind == "kill -9"
-            and NGINX_UNAVAILABLE in answer.body
+            # nginx's 503; or, if nginx had passed the answer's head on already, the
+            # answer cut off (no status): either way, the dead worker's answer is lost
+            and (NGINX_UNAVAILABLE in answer.body or answer.status == 0)
             and started <= fault.at + KILL_REACH
             and finished >= fault.at
         ):
