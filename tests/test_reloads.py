@@ -29,6 +29,8 @@ from bench.soak.stack import SITE, Gunicorn, Nginx, base_environment, nginx_bina
 from tests.conftest import ROOT, require_tool
 
 CLIENTS = 6
+#: Requests a second per client at most: load enough to meet every reload, cheap on a CI core.
+RATE = 40
 #: Seconds between one client's logins and refreshes: under nginx's 5 a second per address.
 AUTH_EVERY = 0.3
 
@@ -69,7 +71,7 @@ class Load:
         tokens: dict = {}
         last_auth = 0.0
         for turn in range(20_000):  # bounded, and stopped long before
-            if self.stopping.is_set():
+            if self.stopping.wait(1 / RATE):
                 break
             if not tokens or time.monotonic() - last_auth > AUTH_EVERY:
                 last_auth = time.monotonic()
