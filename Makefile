@@ -26,7 +26,7 @@ COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
 .PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
-	bench-matrix bench-gateway \
+	bench-matrix bench-gateway soak \
 	requirements clean
 
 help:  ## list the targets
@@ -114,6 +114,13 @@ bench-matrix: $(INSTALLED)  ## the store matrix alone: /login and /token on each
 
 bench-gateway: $(INSTALLED)  ## req/s and p99 through nginx: straight, with the gateway's check, cached
 	$(BIN)/python -m bench.gateway
+
+# The soak (docs/soak.md; needs nginx and redis-server): SOAK_SECONDS of load with faults on
+# each store in SOAK_STORES; the report and its chart go to bench/results/soak-<store>.*
+SOAK_SECONDS ?= 600
+SOAK_STORES ?= sqlite redis
+soak: $(INSTALLED)  ## load with faults through nginx, SOAK_SECONDS (600) on SQLite, then on Redis
+	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .

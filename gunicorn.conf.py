@@ -39,8 +39,9 @@ workers = settings.web_concurrency or max(2, multiprocessing.cpu_count())
 threads = 4
 timeout = 30
 graceful_timeout = 20
-# Longer than nginx's upstream keepalive_timeout (60 s): nginx, not gunicorn, closes an idle
-# connection, so nginx never sends a request on one that gunicorn has just closed.
+# Longer than nginx's upstream keepalive_timeout (1 s): nginx, not gunicorn, closes an idle
+# connection, so nginx never sends a request on one that gunicorn has just closed. A
+# stopping worker keeps its kept-alive connections 2 s more (gthread), still longer.
 keepalive = 65
 # The service writes its own request log (app/request_log.py): gunicorn's is off.
 accesslog = None
@@ -77,6 +78,33 @@ def on_exit(server):
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# A stopping worker (TERM: gunicorn stopping, or the old workers of a HUP) refuses new
+# connections at once, once it has taken what already waits in the listen queue: gthread
+# would leave new ones in the queue until it exits, and the kernel then resets them after
+# nginx has sent a request on them, which nginx may not pass on if it is a POST. Refused,
+# nginx passes any request to the next server of its upstream, since nothing was sent.
+# (A HUP's new workers and the master keep the port open: only the worker's own copy of
+# the listening socket closes.) docs/deployment.md, "Reloads and restarts".
+def post_worker_init(worker: Any) -> None:
+    enable_accept = getattr(worker, "set_accept_enabled", None)
+    if enable_accept is None:  # not a gthread worker
+        return
+
+    def set_accept_enabled(enabled: bool) -> None:
+        enable_accept(enabled)
+        if enabled or worker.alive:
+            return
+        for listener in worker.sockets:
+            for _ in range(worker.worker_connections):  # what waits in the queue, bounded
+                accepted = worker.nr_conns
+                worker.accept(listener)  # answered with "Connection: close" (stopping)
+                if worker.nr_conns == accepted:
+                    break
+            listener.close()
+
+    worker.set_accept_enabled = set_accept_enabled
 
 
 def reachable_addresses(server: Any) -> list[str]:
