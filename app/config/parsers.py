@@ -101,6 +101,21 @@ def choice(
     return parse
 
 
+def postgres_url(name: str, value: str) -> str:
+    """Return a PostgreSQL URL that libpq reads; its message never quotes the URL."""
+    from psycopg.conninfo import conninfo_to_dict  # only deployments on PostgreSQL need it
+
+    try:
+        conninfo_to_dict(value)
+    except Exception:  # libpq's message may quote part of the password: not shown
+        raise ConfigError(
+            f"{name} is not a usable PostgreSQL URL: check the host, the port, the"
+            " database, the query parameters, and that a password with / : @ % is"
+            " percent-encoded"
+        ) from None
+    return value
+
+
 def secret(name: str, value: str) -> str:
     if len(value.encode()) < MIN_SECRET_BYTES:
         raise ConfigError(
@@ -229,6 +244,8 @@ def store_url(name: str, value: str) -> str:
         if location.path in {"", ":memory:"}:
             raise ConfigError(f"{name} needs a file path: sqlite:///<path>")
         return value
+    if location.backend == "postgresql":
+        return postgres_url(name, value)
     from redis.connection import parse_url  # only deployments on Redis need redis-py
 
     try:

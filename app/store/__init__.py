@@ -40,20 +40,26 @@ def open_store(
     connect_timeout: float | None = None,
     policy: RefreshTokenPolicy | None = None,
     durability: str = "normal",
+    pool_size: tuple[int, int] = (1, 4),
 ) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
-    ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
-    ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
-    ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user limit.
-    ``durability`` (SQLite) is ``normal`` or ``strict``; Redis's is its own
-    ``appendfsync``.
+    ``timeout`` bounds each answer (a SQLite lock, a Redis or PostgreSQL reply);
+    ``connect_timeout`` each new Redis or PostgreSQL connection, and defaults to
+    ``timeout``. ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user
+    limit. ``durability`` is ``normal`` or ``strict`` (SQLite), or ``relaxed``
+    (PostgreSQL); Redis's is its own ``appendfsync``. ``pool_size`` (PostgreSQL) is the
+    connections each process keeps and opens at most.
     """
     location = parse_store_url(url)
     if location.backend == "sqlite":
         from app.store.sqlite import SQLiteTokenStore  # only SQLite hosts load it
 
         return SQLiteTokenStore(location.path, timeout, policy, durability)
+    if location.backend == "postgresql":
+        from app.store.postgres import PostgresTokenStore  # only they load psycopg
+
+        return PostgresTokenStore(url, timeout, connect_timeout, policy, durability, pool_size)
     from app.store.redis import RedisTokenStore  # only Redis hosts load redis-py
 
     return RedisTokenStore(location.url, timeout, connect_timeout, policy)
@@ -75,6 +81,7 @@ def init_store(app: Flask, settings: Settings) -> None:
         settings.store_connect_timeout,
         policy,
         settings.store_durability,
+        (settings.store_pool_min, settings.store_pool_max),
     )
     app.extensions[EXTENSION_KEY] = store
     if store.remote:

@@ -1,0 +1,230 @@
+"""A real PostgreSQL for the tests: its own cluster in a temporary folder, a free loopback
+port, its Unix socket in that folder, stopped by its PID.
+
+Debian's server programs (``/usr/lib/postgresql/<version>/bin``: initdb, postgres) run as
+the ``postgres`` user when the tests run as root (PostgreSQL refuses root), so the
+cluster lives in a folder of its own under the system's temporary folder, which that
+user may enter (pytest's ``tmp_path`` is root's alone). ``initdb`` runs once per test
+process: each server starts from a copy of that template cluster.
+
+Test settings: the session's server runs with ``fsync=off`` (and no full-page writes),
+which only speeds the tests up: no test of it stops the machine. The servers of the
+durability and fault tests keep PostgreSQL's defaults (``fsync=on``), so what a commit
+promises is what they check.
+
+Authentication: ``trust`` on the Unix socket (the fixtures' own connections, as
+``postgres``), a password (SCRAM) over TCP, which is how the service connects: as the
+role ``tokens`` with ``PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import grp
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.fixtures.servers import free_port, wait_until
+
+INSTALL_HINT = "apt-get install postgresql (its server programs: initdb, postgres)"
+#: The service's role and its password (a test secret of this cluster only).
+ROLE = "tokens"
+PASSWORD = "s3cret-Pa55:word/with@signs"
+QUOTED_PASSWORD = "s3cret-Pa55%3Aword%2Fwith%40signs"
+#: Settings of the session's server: fast, for tests that never stop the machine.
+FAST = ("fsync=off", "full_page_writes=off", "synchronous_commit=on")
+#: Every server: small, loopback only, quiet.
+COMMON = (
+    "listen_addresses=127.0.0.1",
+    "shared_buffers=16MB",
+    "max_connections=200",
+    "max_wal_senders=0",
+    "wal_level=minimal",
+    "autovacuum=off",
+    "log_min_messages=warning",
+    "log_min_error_statement=panic",
+)
+
+
+@functools.cache
+def server_bin() -> Path | None:
+    """Return the folder of Debian's PostgreSQL server programs (the newest), or None."""
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda path: int(Path(path).parent.parent.name),
+    )
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(os.path.realpath(initdb)).parent if initdb else None
+
+
+def postgres_available() -> bool:
+    folder = server_bin()
+    return folder is not None and os.access(folder / "postgres", os.X_OK)
+
+
+def _owner() -> tuple[int, int] | None:
+    """Return the uid and gid to run the server as: ``postgres``'s when root, else None."""
+    if os.geteuid() != 0:
+        return None
+    user = pwd.getpwnam("postgres")
+    return user.pw_uid, grp.getgrgid(user.pw_gid).gr_gid
+
+
+def _run_as_owner(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    owner = _owner()
+    extra = {} if owner is None else {"user": owner[0], "group": owner[1], "extra_groups": []}
+    return subprocess.run(command, check=True, capture_output=True, timeout=120, **extra, **kwargs)
+
+
+def new_folder(prefix: str) -> Path:
+    """Return a new folder under the system's temporary folder, the server user's own."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    owner = _owner()
+    if owner is not None:
+        os.chown(folder, *owner)
+    return folder
+
+
+@functools.cache
+def template_cluster() -> Path:
+    """Run initdb once per test process; return the cluster every server copies."""
+    folder = new_folder("token-service-pg-template-")
+    password_file = folder / "password"
+    password_file.write_text(PASSWORD + "\n")
+    owner = _owner()
+    if owner is not None:
+        os.chown(password_file, *owner)
+    bin_folder = server_bin()
+    assert bin_folder is not None
+    _run_as_owner(
+        [
+            str(bin_folder / "initdb"), "-D", str(folder / "data"), "-U", "postgres",
+            "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={password_file}",
+            "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--no-instructions",
+        ]
+    )  # fmt: skip
+    password_file.unlink()
+    return folder / "data"
+
+
+@dataclass
+class PostgresServer:
+    """One PostgreSQL server; ``settings`` (``name=value``) add to and override COMMON."""
+
+    settings: tuple[str, ...] = ()
+    port: int = field(default_factory=free_port)
+    folder: Path = field(default_factory=lambda: new_folder("token-service-pg-"))
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "postgres.log"
+
+    def url(self, database: str = "tokens", *, password: str = QUOTED_PASSWORD) -> str:
+        """Return the service's URL of ``database``: TCP, the role ``tokens``, its password."""
+        return f"postgresql://{ROLE}:{password}@127.0.0.1:{self.port}/{database}"
+
+    def admin(self, database: str = "postgres") -> psycopg.Connection[Any]:
+        """Return a superuser connection over the Unix socket (autocommit)."""
+        return psycopg.connect(
+            host=str(self.folder), port=self.port, user="postgres", dbname=database,
+            autocommit=True, connect_timeout=10,
+        )  # fmt: skip
+
+    def start(self, timeout: float = 30) -> PostgresServer:
+        """Start (again, after a stop) on this server's port and folder; wait until it answers."""
+        assert self.process is None, "already running"
+        if not self.data.exists():
+            shutil.copytree(template_cluster(), self.data, symlinks=True)
+            owner = _owner()
+            if owner is not None:
+                for path in [self.data, *self.data.rglob("*")]:
+                    os.lchown(path, *owner)
+        bin_folder = server_bin()
+        assert bin_folder is not None
+        settings = [item for setting in (*COMMON, *self.settings) for item in ("-c", setting)]
+        command = [
+            str(bin_folder / "postgres"), "-D", str(self.data), "-p", str(self.port),
+            "-k", str(self.folder), *settings,
+        ]  # fmt: skip
+        owner = _owner()
+        extra = {} if owner is None else {"user": owner[0], "group": owner[1], "extra_groups": []}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **extra
+            )
+        wait_until(self._ready, timeout, f"PostgreSQL on port {self.port}")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            self.process = None
+            raise RuntimeError(f"postgres exited: {self.log_path.read_text()[-2000:]}")
+        try:
+            with self.admin():
+                return True
+        except psycopg.OperationalError:  # not listening yet, or still starting
+            return False
+
+    def create_database(self, name: str = "tokens") -> str:
+        """Create an empty database owned by the service's role (made once); return its URL."""
+        with self.admin() as admin:
+            if admin.execute("SELECT FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone() is None:
+                admin.execute(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'")
+            admin.execute(f'CREATE DATABASE "{name}" OWNER {ROLE}')
+        return self.url(name)
+
+    def stop(self) -> None:
+        """Stop it by its PID: SIGINT (a fast, clean shutdown), SIGKILL if it lingers."""
+        if self.process is None:
+            return
+        self._signal_group(signal.SIGCONT)  # a frozen server could not act on the next one
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self._signal_group(signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of it: a crash, no shutdown, no last write."""
+        if self.process is not None:
+            self._signal_group(signal.SIGKILL)
+            self.process.wait(10)
+            self.process = None
+
+    def freeze(self) -> None:
+        """SIGSTOP every process of the server: connections stay open, nothing answers."""
+        self._signal_group(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def remove(self) -> None:
+        """Stop it and remove its folder."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _signal_group(self, signal_number: int) -> None:
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal_number)
