@@ -9,9 +9,9 @@ The counters live where every worker and every host sees them, so N allowed per
 window means at most N answered, whichever worker serves them: in the token store's
 Redis (``app.rate_limit.redis``) or PostgreSQL (``app.rate_limit.postgres``, an
 unlogged table), or in a SQLite file beside the token store (``app.rate_limit.sqlite``).
-The windows are fixed ones, each starting with a
-client's first request in it; a request counts on every limit at once, in one
-round trip (one statement, or one Lua script), whatever the number of limits.
+The windows are fixed ones, each starting with a client's first request in it; a request
+counts on every limit at once, in one round trip (one statement, or one Lua script),
+whatever the number of limits.
 
 ``limits`` reads the notation and names the windows. Its strategies are not used:
 they make a round trip per limit, and one more for the time left. Flask-Limiter is
