@@ -31,6 +31,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -83,6 +84,7 @@ class _Watchdog:
         self._numbers = itertools.count()
         self._thread: threading.Thread | None = None
         self._idle = True  # the thread waits for no deadline: wake it for a new call
+        self._stopped = False
 
     @contextmanager
     def guard(self, connection: Connection, deadline: float) -> Iterator[None]:
@@ -92,6 +94,7 @@ class _Watchdog:
         with self._condition:
             self._calls[call] = (deadline, connection.pgconn.socket)
             if self._thread is None:
+                self._stopped = False
                 self._thread = threading.Thread(
                     target=self._run, name="postgres-watchdog", daemon=True
                 )
@@ -111,9 +114,17 @@ class _Watchdog:
                 del self._calls[call]
                 self._fired.discard(call)
 
+    def stop(self) -> None:
+        """End the thread (a call started later starts it again)."""
+        with self._condition:
+            self._stopped, thread, self._thread = True, self._thread, None
+            self._condition.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(1)
+
     def _run(self) -> None:
         with self._condition:
-            while True:
+            while not self._stopped:
                 now = time.monotonic()
                 waiting = []
                 for call, (deadline, fileno) in self._calls.items():
@@ -152,7 +163,7 @@ def _alive(connection: Connection) -> bool:
     return not readable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Schema:
     """How a pool's first connection makes the database ready before the pool is used."""
 
@@ -170,6 +181,8 @@ class _Process:
     watchdog: _Watchdog
     handoff: list[Connection]
     pid: int = field(default_factory=os.getpid)
+    #: Closes the pool if its ProcessPool is dropped unclosed (an app left to the collector).
+    finalizer: weakref.finalize[Any, Any] | None = None
 
 
 class ProcessPool:
@@ -230,7 +243,7 @@ class ProcessPool:
         """Close this process's pool (made anew on next use); a parent's is left to it."""
         with self._lock:
             current, self._current = self._current, None
-        if current is not None and current.pid == os.getpid():
+        if current is not None:
             _close_pool(current)
 
     def _take(self, deadline: float) -> tuple[_Process, Connection]:
@@ -264,6 +277,7 @@ class ProcessPool:
             if current is not None and current.pid == os.getpid():
                 return current
             current = self._open(deadline)  # an inherited pool is left to its process
+            current.finalizer = weakref.finalize(self, _close_soon, current)
             self._current = current
             return current
         finally:
@@ -300,7 +314,41 @@ class ProcessPool:
         with self._lock:
             if self._current is process:
                 self._current = None
-        threading.Thread(target=_close_pool, args=(process,), daemon=True).start()
+        _close_soon(process)
+
+
+#: The pools of this process, one per database and settings (see ``shared_pool``).
+_POOLS: dict[tuple[Any, ...], ProcessPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(
+    url: str,
+    *,
+    timeout: float,
+    connect_timeout: float,
+    min_size: int,
+    max_size: int,
+    schema: Schema,
+) -> ProcessPool:
+    """Return the process's one ProcessPool of ``url`` with these settings, made on first use.
+
+    Every app of a process (and its rate limits) shares it: one pool per worker, however
+    many apps a process builds (the tests build thousands, a worker one).
+    """
+    key = (url, timeout, connect_timeout, min_size, max_size, schema)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ProcessPool(
+                url,
+                timeout=timeout,
+                connect_timeout=connect_timeout,
+                min_size=min_size,
+                max_size=max_size,
+                schema=schema,
+            )
+        return pool
 
 
 def _handing_over(handoff: list[Connection]) -> type[Connection]:
@@ -319,9 +367,25 @@ def _handing_over(handoff: list[Connection]) -> type[Connection]:
 
 
 def _close_pool(process: _Process) -> None:
+    """Close a pool of this process, its connections and its watchdog; never a parent's,
+    whose sockets the parent still uses."""
+    if process.pid != os.getpid():
+        return
+    if process.finalizer is not None:
+        process.finalizer.detach()
+    process.watchdog.stop()
     process.pool.close()
     for connection in process.handoff:  # never taken: the pool closed first
         connection.close()
+
+
+def _close_soon(process: _Process) -> None:
+    """Close a pool in a thread of its own: never in one of its workers, which the
+    collector may be running in, and which cannot wait for itself."""
+    if process.finalizer is not None:
+        process.finalizer.detach()
+    if process.pid == os.getpid():
+        threading.Thread(target=_close_pool, args=(process,), daemon=True).start()
 
 
 def _remaining(deadline: float) -> float:

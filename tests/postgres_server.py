@@ -12,9 +12,11 @@ which only speeds the tests up: no test of it stops the machine. The servers of 
 durability and fault tests keep PostgreSQL's defaults (``fsync=on``), so what a commit
 promises is what they check.
 
-Authentication: ``trust`` on the Unix socket (the fixtures' own connections, as
-``postgres``), a password (SCRAM) over TCP, which is how the service connects: as the
-role ``tokens`` with ``PASSWORD``.
+Authentication: the service connects over TCP as the role ``tokens``, whose URL holds
+``PASSWORD``. Its connections are trusted (a SCRAM exchange costs milliseconds of CPU on
+both sides, for each of the thousands of connections the tests make); the role
+``tokens_scram`` must give its password (SCRAM), for the tests of a refused password.
+The fixtures' own connections are ``postgres``'s, on the Unix socket.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ from tests.fixtures.servers import free_port, wait_until
 INSTALL_HINT = "apt-get install postgresql (its server programs: initdb, postgres)"
 #: The service's role and its password (a test secret of this cluster only).
 ROLE = "tokens"
+#: The role that must give its password, which is PASSWORD too.
+SCRAM_ROLE = "tokens_scram"
+#: Who may connect how (pg_hba.conf).
+HBA = f"""local all all trust
+host all {SCRAM_ROLE} 127.0.0.1/32 scram-sha-256
+host all all 127.0.0.1/32 trust
+"""
 PASSWORD = "s3cret-Pa55:word/with@signs"
 QUOTED_PASSWORD = "s3cret-Pa55%3Aword%2Fwith%40signs"
 #: Settings of the session's server: fast, for tests that never stop the machine.
@@ -102,21 +111,15 @@ def new_folder(prefix: str) -> Path:
 def template_cluster() -> Path:
     """Run initdb once per test process; return the cluster every server copies."""
     folder = new_folder("token-service-pg-template-")
-    password_file = folder / "password"
-    password_file.write_text(PASSWORD + "\n")
-    owner = _owner()
-    if owner is not None:
-        os.chown(password_file, *owner)
     bin_folder = server_bin()
     assert bin_folder is not None
     _run_as_owner(
         [
             str(bin_folder / "initdb"), "-D", str(folder / "data"), "-U", "postgres",
-            "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={password_file}",
-            "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--no-instructions",
+            "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--no-instructions",
         ]
     )  # fmt: skip
-    password_file.unlink()
+    (folder / "data" / "pg_hba.conf").write_text(HBA)
     return folder / "data"
 
 
@@ -188,8 +191,10 @@ class PostgresServer:
         """Create an empty database owned by the service's role (made once); return its URL."""
         with self.admin() as admin:
             if admin.execute("SELECT FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone() is None:
-                admin.execute(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'")
+                for role in (ROLE, SCRAM_ROLE):
+                    admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
             admin.execute(f'CREATE DATABASE "{name}" OWNER {ROLE}')
+            admin.execute(f'GRANT ALL ON DATABASE "{name}" TO {SCRAM_ROLE}')
         return self.url(name)
 
     def stop(self) -> None:

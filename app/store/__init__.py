@@ -68,7 +68,8 @@ def open_store(
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; warn now if a remote one is down.
 
-    Connections open on first use: the one the check opens is closed at once.
+    Connections open on first use: the one the check opens is closed at once, unless
+    the store keeps a pool per process (PostgreSQL), which a forked worker never uses.
     """
     policy = RefreshTokenPolicy(
         lifetime=settings.refresh_token_lifetime,
@@ -103,7 +104,8 @@ def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:
             error,
         )
     finally:
-        store.close()  # reopened on first use, in whichever process and thread uses it
+        if not getattr(store, "pooled_per_process", False):
+            store.close()  # reopened on first use, in whichever process and thread uses it
 
 
 def get_store() -> RefreshTokenStore:

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from app.postgres_client import POSTGRES_FAILURES, Connection, ProcessPool
+from app.postgres_client import POSTGRES_FAILURES, Connection, shared_pool
 from app.store.base import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
@@ -71,6 +71,9 @@ class PostgresTokenStore(RefreshTokenStore):
     """
 
     remote = True
+    #: Its pool belongs to the process that made it (a forked worker makes its own), so
+    #: the one the start-up check opens is kept for the first requests.
+    pooled_per_process = True
 
     def __init__(
         self,
@@ -85,7 +88,7 @@ class PostgresTokenStore(RefreshTokenStore):
         self.url = url
         self.timeout = timeout
         self.relaxed = durability == "relaxed"
-        self.client = ProcessPool(
+        self.client = shared_pool(
             url,
             timeout=timeout,
             connect_timeout=timeout if connect_timeout is None else connect_timeout,

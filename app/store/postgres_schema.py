@@ -29,8 +29,12 @@ def read_sql(name: str) -> str:
     return files("app.store").joinpath("sql", name).read_text(encoding="utf-8")
 
 
+@functools.cache
 def store_schema(*, username_index: bool) -> Schema:
-    """Return the store's schema; ``username_index``: with the index the per-user limit reads."""
+    """Return the store's schema; ``username_index``: with the index the per-user limit reads.
+
+    One object for each: the pools of a process are told apart by it (``shared_pool``).
+    """
     return Schema(
         ready=functools.partial(schema_ready, username_index=username_index),
         create=functools.partial(create_schema, username_index=username_index),
