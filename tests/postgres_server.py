@@ -193,8 +193,8 @@ class PostgresServer:
             if admin.execute("SELECT FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone() is None:
                 for role in (ROLE, SCRAM_ROLE):
                     admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
+                admin.execute(f"GRANT {ROLE} TO {SCRAM_ROLE}")  # the same rights
             admin.execute(f'CREATE DATABASE "{name}" OWNER {ROLE}')
-            admin.execute(f'GRANT ALL ON DATABASE "{name}" TO {SCRAM_ROLE}')
         return self.url(name)
 
     def stop(self) -> None:
@@ -230,6 +230,21 @@ class PostgresServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _signal_group(self, signal_number: int) -> None:
+        """Signal the postmaster and each of its children (each is a session of its own)."""
         assert self.process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal_number)
+        for pid in [self.process.pid, *children_of(self.process.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal_number)
+
+
+def children_of(pid: int) -> list[int]:
+    """Return the PIDs of ``pid``'s children, read from /proc."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children

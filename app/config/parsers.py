@@ -106,7 +106,9 @@ def postgres_url(name: str, value: str) -> str:
     from psycopg.conninfo import conninfo_to_dict  # only deployments on PostgreSQL need it
 
     try:
-        conninfo_to_dict(value)
+        ports = str(conninfo_to_dict(value).get("port") or "").split(",")
+        if not all(port == "" or port.isdigit() and 0 < int(port) < 65_536 for port in ports):
+            raise ValueError("not a port")  # libpq reads it only when it connects
     except Exception:  # libpq's message may quote part of the password: not shown
         raise ConfigError(
             f"{name} is not a usable PostgreSQL URL: check the host, the port, the"
