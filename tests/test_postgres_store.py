@@ -16,7 +16,6 @@ import pytest
 
 from app import create_app
 from app.config import ConfigError
-from app.postgres_client import shared_pool
 from app.store import Outcome, RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
 from app.store.postgres_schema import SCHEMA_VERSION
 from app.tokens import new_refresh_token
@@ -423,7 +422,7 @@ def test_a_frozen_server_fails_each_call_within_its_timeout(postgres_server):
             started = time.monotonic()
             # the call that waited on the frozen server, or the next one, waiting for a
             # connection that the frozen server does not complete
-            with pytest.raises(StoreUnavailableError, match="NoAnswerError|PoolTimeout"):
+            with pytest.raises(StoreUnavailableError, match=r"NoAnswerError|PoolTimeout"):
                 OPERATIONS[name](store)
             assert time.monotonic() - started < 4 * timeout  # one wait, not a hang
     finally:

@@ -107,7 +107,7 @@ def postgres_url(name: str, value: str) -> str:
 
     try:
         ports = str(conninfo_to_dict(value).get("port") or "").split(",")
-        if not all(port == "" or port.isdigit() and 0 < int(port) < 65_536 for port in ports):
+        if not all(port == "" or (port.isdigit() and 0 < int(port) < 65_536) for port in ports):
             raise ValueError("not a port")  # libpq reads it only when it connects
     except Exception:  # libpq's message may quote part of the password: not shown
         raise ConfigError(
