@@ -24,11 +24,8 @@ Every message names the server by ``postgres_location``, never the password.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
-import select
-import socket
 import threading
 import time
 import weakref
@@ -40,6 +37,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
+
+from app.postgres_sockets import NoAnswerError as NoAnswerError
+from app.postgres_sockets import Watchdog, alive
 
 #: What psycopg and psycopg_pool raise when the server cannot answer now (PoolTimeout
 #: and PoolClosed are OperationalErrors), and the socket's own OSError.
@@ -70,99 +70,6 @@ def failure_message(where: str, error: BaseException, password: str = "", why: s
     return f"{where}: {why}{': ' if why else ''}{type(error).__name__}: {text}"
 
 
-class NoAnswerError(TimeoutError):
-    """The server took longer than the timeout: the watchdog closed the connection."""
-
-
-class _Watchdog:
-    """Shuts the socket of each call still running at its deadline (one thread per process)."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._calls: dict[int, tuple[float, int]] = {}  # call -> (deadline, socket)
-        self._fired: set[int] = set()
-        self._numbers = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._idle = True  # the thread waits for no deadline: wake it for a new call
-        self._stopped = False
-
-    @contextmanager
-    def guard(self, connection: Connection, deadline: float) -> Iterator[None]:
-        """Run the block; if it outlives ``deadline``, its connection is shut, and it
-        raises NoAnswerError."""
-        call = next(self._numbers)
-        with self._condition:
-            self._calls[call] = (deadline, connection.pgconn.socket)
-            if self._thread is None:
-                self._stopped = False
-                self._thread = threading.Thread(
-                    target=self._run, name="postgres-watchdog", daemon=True
-                )
-                self._thread.start()
-            elif self._idle:
-                self._condition.notify()
-        try:
-            yield
-        except POSTGRES_FAILURES as error:
-            with self._condition:
-                fired = call in self._fired
-            if fired:
-                raise NoAnswerError("no answer before the timeout") from error
-            raise
-        finally:
-            with self._condition:  # before the connection can close: its socket is not reused
-                del self._calls[call]
-                self._fired.discard(call)
-
-    def stop(self) -> None:
-        """End the thread (a call started later starts it again)."""
-        with self._condition:
-            self._stopped, thread, self._thread = True, self._thread, None
-            self._condition.notify()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(1)
-
-    def _run(self) -> None:
-        with self._condition:
-            while not self._stopped:
-                now = time.monotonic()
-                waiting = []
-                for call, (deadline, fileno) in self._calls.items():
-                    if call in self._fired:
-                        continue
-                    if deadline <= now:
-                        self._fired.add(call)
-                        _shut(fileno)
-                    else:
-                        waiting.append(deadline)
-                self._idle = not waiting
-                self._condition.wait(min(waiting) - now if waiting else None)
-
-
-def _shut(fileno: int) -> None:
-    """Shut a connection's socket (its own descriptor stays open for psycopg to close)."""
-    try:
-        with socket.socket(fileno=os.dup(fileno)) as duplicate:
-            duplicate.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-def _alive(connection: Connection) -> bool:
-    """Return whether an idle pooled connection may be used: open, and nothing to read.
-
-    An idle connection has nothing to read unless the server closed it (or said it
-    would): a poll of its socket tells, without a round trip.
-    """
-    if connection.closed:
-        return False
-    try:
-        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return False
-    return not readable
-
-
 @dataclass(frozen=True, eq=False)
 class Schema:
     """How a pool's first connection makes the database ready before the pool is used."""
@@ -178,7 +85,7 @@ class _Process:
     """One process's pool, its watchdog, and the pool's first connection until taken."""
 
     pool: ConnectionPool[Connection]
-    watchdog: _Watchdog
+    watchdog: Watchdog
     handoff: list[Connection]
     pid: int = field(default_factory=os.getpid)
     #: Closes the pool if its ProcessPool is dropped unclosed (an app left to the collector).
@@ -256,7 +163,7 @@ class ProcessPool:
                 if process.pool.get_stats().get("connections_errors"):
                     self._discard(process)  # the server went away: probe it on next use
                 raise
-            if _alive(connection):
+            if alive(connection):
                 return process, connection
             connection.close()
             process.pool.putconn(connection)  # closed: the pool replaces it
@@ -286,7 +193,7 @@ class ProcessPool:
     def _open(self, deadline: float) -> _Process:
         """Connect once, make the database ready on that connection, and start a pool with it."""
         first = psycopg.Connection.connect(self.conninfo, autocommit=True)
-        watchdog = _Watchdog()
+        watchdog = Watchdog()
         try:
             with watchdog.guard(first, deadline):
                 ready = self.schema.ready(first)
@@ -322,33 +229,18 @@ _POOLS: dict[tuple[Any, ...], ProcessPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def shared_pool(
-    url: str,
-    *,
-    timeout: float,
-    connect_timeout: float,
-    min_size: int,
-    max_size: int,
-    schema: Schema,
-) -> ProcessPool:
-    """Return the process's one ProcessPool of ``url`` with these settings, made on first use.
+def shared_pool(url: str, **settings: Any) -> ProcessPool:
+    """Return the process's one ProcessPool of ``url`` with these settings (ProcessPool's
+    keywords), made on first use.
 
     Every app of a process (and its rate limits) shares it: one pool per worker, however
     many apps a process builds (the tests build thousands, a worker one).
     """
-    key = (url, timeout, connect_timeout, min_size, max_size, schema)
+    key = (url, *sorted(settings.items()))  # a Schema is told apart by its identity
     with _POOLS_LOCK:
-        pool = _POOLS.get(key)
-        if pool is None:
-            pool = _POOLS[key] = ProcessPool(
-                url,
-                timeout=timeout,
-                connect_timeout=connect_timeout,
-                min_size=min_size,
-                max_size=max_size,
-                schema=schema,
-            )
-        return pool
+        if key not in _POOLS:
+            _POOLS[key] = ProcessPool(url, **settings)
+        return _POOLS[key]
 
 
 def _handing_over(handoff: list[Connection]) -> type[Connection]:
