@@ -80,8 +80,14 @@ def server_bin() -> Path | None:
 
 
 def postgres_available() -> bool:
+    """Return whether the server programs are here (and, as root, the user to run them)."""
     folder = server_bin()
-    return folder is not None and os.access(folder / "postgres", os.X_OK)
+    if folder is None or not os.access(folder / "postgres", os.X_OK):
+        return False
+    try:
+        return os.geteuid() != 0 or pwd.getpwnam("postgres") is not None
+    except KeyError:  # the postgresql package makes that user
+        return False
 
 
 def _owner() -> tuple[int, int] | None:
