@@ -158,9 +158,11 @@ class PostgresTokenStore(RefreshTokenStore):
             return
         # one statement: a bounded batch of ended entries (through the index), then this one
         self._execute(
-            "WITH purged AS (DELETE FROM denied_tokens WHERE digest IN (SELECT digest"
-            " FROM denied_tokens WHERE expires_at <= %(now)s AND digest <> %(digest)s"
-            " LIMIT %(batch)s FOR UPDATE SKIP LOCKED))"
+            "WITH due AS MATERIALIZED (SELECT digest FROM denied_tokens"
+            " WHERE expires_at <= %(now)s AND digest <> %(digest)s"
+            " LIMIT %(batch)s FOR UPDATE SKIP LOCKED),"
+            " purged AS (DELETE FROM denied_tokens USING due"
+            " WHERE denied_tokens.digest = due.digest)"
             " INSERT INTO denied_tokens (digest, expires_at) VALUES (%(digest)s, %(until)s)"
             " ON CONFLICT (digest) DO UPDATE"
             " SET expires_at = greatest(denied_tokens.expires_at, excluded.expires_at)",

@@ -7,6 +7,8 @@ order to a database that has not reached it (``token_store_schema`` holds the ve
 transaction that holds an advisory lock: one process makes or upgrades the tables, the
 others wait for it (up to the store's timeout: their first calls answer 503 until then),
 then find the work done. A database at a newer version than this code is left as it is.
+A change to ``sql/functions.sql`` alone is a new version too (its ``schema_<version>.sql``
+may hold nothing), so that every database gets it.
 """
 
 from __future__ import annotations

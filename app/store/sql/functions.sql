@@ -10,12 +10,15 @@
 
 -- Forget up to p_limit expired tokens, found through the expiry index; rows another call
 -- is changing are left to it.
+-- (MATERIALIZED: the batch is chosen once; a LIMIT in a subquery that the plan scans
+-- again could choose other rows, and delete more than p_limit.)
 CREATE OR REPLACE FUNCTION token_store_purge(p_now double precision, p_limit integer)
 RETURNS integer LANGUAGE sql AS $$
-    WITH purged AS (
-        DELETE FROM refresh_tokens WHERE digest IN (
-            SELECT digest FROM refresh_tokens WHERE expires_at <= floor(p_now)::bigint
-            LIMIT p_limit FOR UPDATE SKIP LOCKED)
+    WITH due AS MATERIALIZED (
+        SELECT digest FROM refresh_tokens WHERE expires_at <= floor(p_now)::bigint
+        LIMIT p_limit FOR UPDATE SKIP LOCKED),
+    purged AS (
+        DELETE FROM refresh_tokens USING due WHERE refresh_tokens.digest = due.digest
         RETURNING 1)
     SELECT count(*)::integer FROM purged
 $$;
