@@ -217,11 +217,28 @@ class PostgresServer:
         self.process = None
 
     def kill(self) -> None:
-        """SIGKILL the server and every process of it: a crash, no shutdown, no last write."""
+        """SIGKILL the server and every process of it: a crash, no shutdown, no last write.
+
+        The postmaster is stopped first, so that it forks no backend between the listing
+        of its children and their end: one left alive would hold the shared memory, and
+        the next start would refuse it.
+        """
         if self.process is not None:
-            self._signal_group(signal.SIGKILL)
+            self.process.send_signal(signal.SIGSTOP)
+            children = children_of(self.process.pid)
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.process.kill()
             self.process.wait(10)
             self.process = None
+            wait_until(
+                lambda: (
+                    not any(Path(f"/proc/{pid}").exists() and _running(pid) for pid in children)
+                ),
+                10,
+                "the killed backends' end",
+            )
 
     def freeze(self) -> None:
         """SIGSTOP every process of the server: connections stay open, nothing answers."""
@@ -241,6 +258,15 @@ class PostgresServer:
         for pid in [self.process.pid, *children_of(self.process.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal_number)
+
+
+def _running(pid: int) -> bool:
+    """Return whether ``pid`` is a live process (not a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def children_of(pid: int) -> list[int]:

@@ -26,46 +26,42 @@ def database(postgres_server):
     return postgres_server()  # PostgreSQL's durable defaults (fsync on)
 
 
-def two_hosts(gunicorn_server, signing_secret, tmp_path, url: str, **settings: str):
+def two_hosts(gunicorn_server, signing_secret, tmp_path, url: str, workers=2, **settings: str):
     shared = {"SIGNING_SECRET": signing_secret, "TOKEN_STORE_URL": url, **settings}
-    host_a = gunicorn_server({**shared, "INSTANCE_PATH": str(tmp_path / "host-a")}, workers=2)
-    host_b = gunicorn_server({**shared, "INSTANCE_PATH": str(tmp_path / "host-b")}, workers=2)
+    host_a = gunicorn_server({**shared, "INSTANCE_PATH": str(tmp_path / "host-a")}, workers)
+    host_b = gunicorn_server({**shared, "INSTANCE_PATH": str(tmp_path / "host-b")}, workers)
     return host_a, host_b
-
-
-def test_tokens_cross_hosts_and_a_revoke_is_refused_on_the_other_at_once(
-    gunicorn_server, signing_secret, tmp_path, database
-):
-    host_a, host_b = two_hosts(gunicorn_server, signing_secret, tmp_path, database.url())
-
-    def cross(n: int) -> None:
-        username = f"user{n}:é"
-        tokens = fresh("POST", f"{host_a.url}/login", json={"username": username}).json()
-        body = {"username": username, "refreshToken": tokens["refreshToken"]}
-        response = fresh("POST", f"{host_b.url}/token", json=body)
-        assert response.status_code == 200, response.text
-        stranger = {"username": "someone else", "refreshToken": tokens["refreshToken"]}
-        assert fresh("POST", f"{host_b.url}/token", json=stranger).status_code == 401
-        assert fresh("DELETE", f"{host_a.url}/token/{tokens['refreshToken']}").status_code == 204
-        response = fresh("POST", f"{host_b.url}/token", json=body)  # the very next request
-        assert (response.status_code, response.text) == (401, "Unauthorized")
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(cross, range(USERS)))
 
 
 ROTATION_TRIALS = 20
 
 
-def test_concurrent_rotations_of_one_token_on_two_hosts_let_exactly_one_win(
+def test_tokens_cross_hosts_a_revoke_holds_at_once_and_one_of_concurrent_rotations_wins(
     gunicorn_server, signing_secret, tmp_path, database
 ):
     host_a, host_b = two_hosts(
         gunicorn_server, signing_secret, tmp_path, database.url(), REFRESH_TOKEN_ROTATION="true"
     )
-    outcomes: Counter = Counter()
+
+    def cross(n: int) -> None:
+        username = f"user{n}:é"
+        tokens = fresh("POST", f"{host_a.url}/login", json={"username": username}).json()
+        body = {"username": username, "refreshToken": tokens["refreshToken"]}
+        stranger = {"username": "someone else", "refreshToken": tokens["refreshToken"]}
+        assert fresh("POST", f"{host_b.url}/token", json=stranger).status_code == 401
+        response = fresh("POST", f"{host_b.url}/token", json=body)
+        assert response.status_code == 200, response.text
+        successor = {"username": username, "refreshToken": response.json()["refreshToken"]}
+        assert fresh("DELETE", f"{host_a.url}/token/{successor['refreshToken']}").status_code == 204
+        response = fresh("POST", f"{host_b.url}/token", json=successor)  # the very next request
+        assert (response.status_code, response.text) == (401, "Unauthorized")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(cross, range(USERS)))
+
+    # one token presented at once on both hosts, twice each: one rotation, one reuse
     for n in range(ROTATION_TRIALS):
-        username = f"user{n}"
+        username = f"rotating{n}"
         tokens = fresh("POST", f"{host_a.url}/login", json={"username": username}).json()
         body = {"username": username, "refreshToken": tokens["refreshToken"]}
         start = threading.Barrier(4, timeout=30)
@@ -76,14 +72,11 @@ def test_concurrent_rotations_of_one_token_on_two_hosts_let_exactly_one_win(
 
         with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(rotate, [host_a, host_b, host_a, host_b]))
-        statuses = sorted(answer.status_code for answer in answers)
-        assert statuses == [200, 401, 401, 401], [answer.text for answer in answers]
+        assert sorted(answer.status_code for answer in answers) == [200, 401, 401, 401]
         (winner,) = [answer.json() for answer in answers if answer.status_code == 200]
-        outcomes[answers.index(next(a for a in answers if a.status_code == 200)) % 2] += 1
         # the second presentation was reuse: the family, the winner's successor with it, is gone
         successor = {"username": username, "refreshToken": winner["refreshToken"]}
         assert fresh("POST", f"{host_b.url}/token", json=successor).status_code == 401
-    assert sum(outcomes.values()) == ROTATION_TRIALS
 
 
 LOAD_SECONDS_CAP = 60
@@ -93,8 +86,8 @@ LOGINS_CAP = 3000
 def test_a_database_restart_under_load_loses_no_acknowledged_login(
     gunicorn_server, signing_secret, tmp_path, database
 ):
-    host_a, host_b = two_hosts(
-        gunicorn_server, signing_secret, tmp_path, database.url(), TOKEN_STORE_TIMEOUT="1"
+    host_a, host_b = two_hosts(  # a worker each: what matters is the database's restarts
+        gunicorn_server, signing_secret, tmp_path, database.url(), 1, TOKEN_STORE_TIMEOUT="1"
     )
     acknowledged: list[tuple[str, str]] = []
     refused: Counter = Counter()
