@@ -439,9 +439,7 @@ def test_a_read_only_server_refuses_writes_with_a_503_that_says_so(
     client = app.test_client()
     tokens = client.post("/login", json={"username": "alice"}).json
     body = {"username": "alice", "refreshToken": tokens["refreshToken"]}
-    with server.admin() as admin:  # as a standby after a failover answers
-        admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
-        admin.execute("SELECT pg_reload_conf()")
+    read_only(server, "on")  # as a standby after a failover answers
     try:
         caplog.set_level(logging.WARNING)
         response = client.post("/login", json={"username": "bob"})
@@ -452,10 +450,21 @@ def test_a_read_only_server_refuses_writes_with_a_503_that_says_so(
         assert client.delete(f"/token/{tokens['refreshToken']}").status_code == 503
         assert client.post("/token", json=body).status_code == 200  # reads still answer
     finally:
-        with server.admin() as admin:
-            admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
-            admin.execute("SELECT pg_reload_conf()")
+        read_only(server, "off")
     assert client.post("/login", json={"username": "bob"}).status_code == 200
+
+
+def read_only(server, setting: str) -> None:
+    """Set default_transaction_read_only on the whole server; wait until it is in force."""
+    with server.admin() as admin:
+        admin.execute(f"ALTER SYSTEM SET default_transaction_read_only = {setting}")
+        admin.execute("SELECT pg_reload_conf()")  # the postmaster reloads, then tells each backend
+
+    def in_force() -> bool:  # a new backend has the postmaster's settings
+        with server.admin() as admin:
+            return admin.execute("SHOW default_transaction_read_only").fetchone() == (setting,)
+
+    wait_until(in_force, 10, f"default_transaction_read_only = {setting}")
 
 
 #: A pause after a rotation has retired its token and before its successor is in: a
