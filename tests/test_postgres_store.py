@@ -19,7 +19,7 @@ from app.config import ConfigError
 from app.store import Outcome, RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
 from app.store.postgres_schema import SCHEMA_VERSION
 from app.tokens import new_refresh_token
-from tests.conftest import free_port, wait_until
+from tests.conftest import free_port, require_tool, wait_until
 from tests.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
 from tests.test_store import OPERATIONS
 
@@ -349,6 +349,19 @@ def test_an_unreachable_server_at_start_is_one_warning_without_the_password(tmp_
 # --- a server stopped, restarted, frozen, read-only; connections killed --------------------
 
 
+@pytest.fixture(scope="module")
+def steady_server():
+    """A dedicated server (PostgreSQL's defaults) for the tests that leave it running as
+    they found it: frozen then thawed, read-only then not, connections killed."""
+    from tests.postgres_server import INSTALL_HINT, PostgresServer, postgres_available
+
+    require_tool(postgres_available(), "PostgreSQL's server programs", INSTALL_HINT)
+    server = PostgresServer()
+    server.start().create_database("tokens")
+    yield server
+    server.remove()
+
+
 def test_a_stopped_server_is_503_at_once_and_a_restarted_one_is_used_again(
     postgres_server, tmp_path
 ):
@@ -386,8 +399,8 @@ def test_a_restart_between_calls_fails_no_call(postgres_server):
     store.close()
 
 
-def test_killed_idle_connections_are_replaced_not_handed_out(postgres_server):
-    server = postgres_server()
+def test_killed_idle_connections_are_replaced_not_handed_out(steady_server):
+    server = steady_server
     store = open_store(server.url(), timeout=5, pool_size=(2, 2))
     token = new_refresh_token()
     store.issue(token, "alice")
@@ -410,8 +423,8 @@ def test_killed_idle_connections_are_replaced_not_handed_out(postgres_server):
     store.close()
 
 
-def test_a_frozen_server_fails_each_call_within_its_timeout(postgres_server):
-    server = postgres_server()
+def test_a_frozen_server_fails_each_call_within_its_timeout(steady_server):
+    server = steady_server
     timeout = 0.5
     store = open_store(server.url(), timeout=timeout)
     token = new_refresh_token()
@@ -431,10 +444,8 @@ def test_a_frozen_server_fails_each_call_within_its_timeout(postgres_server):
     store.close()
 
 
-def test_a_read_only_server_refuses_writes_with_a_503_that_says_so(
-    postgres_server, tmp_path, caplog
-):
-    server = postgres_server()
+def test_a_read_only_server_refuses_writes_with_a_503_that_says_so(steady_server, tmp_path, caplog):
+    server = steady_server
     app = create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": server.url()})
     client = app.test_client()
     tokens = client.post("/login", json={"username": "alice"}).json
@@ -484,14 +495,21 @@ ROTATING_THREADS = 4
 ROTATIONS_PER_THREAD = 40
 
 
-def test_connections_killed_during_rotations_never_leave_half_a_rotation(postgres_server):
+def drop_slow_successors(server) -> None:
+    with server.admin("tokens") as admin:
+        admin.execute("DROP TRIGGER slow_successor ON refresh_tokens")
+        admin.execute("DROP FUNCTION slow_successor")
+
+
+def test_connections_killed_during_rotations_never_leave_half_a_rotation(steady_server, request):
     # each thread rotates its own family; a killer terminates the store's connections
     # meanwhile: every rotation either happened whole (its answer may be lost) or not
-    server = postgres_server()
+    server = steady_server
     store = open_store(server.url(), timeout=5, policy=RefreshTokenPolicy(reuse_grace=0))
     store.ping()
     with server.admin("tokens") as admin:  # each rotation waits between its two writes
         admin.execute(SLOW_SUCCESSORS)
+    request.addfinalizer(lambda: drop_slow_successors(server))
     stop = threading.Event()
 
     def kill_connections() -> int:
