@@ -22,6 +22,7 @@ The fixtures' own connections are ``postgres``'s, on the Unix socket.
 from __future__ import annotations
 
 import contextlib
+import atexit
 import functools
 import glob
 import grp
@@ -117,6 +118,7 @@ def new_folder(prefix: str) -> Path:
 def template_cluster() -> Path:
     """Run initdb once per test process; return the cluster every server copies."""
     folder = new_folder("token-service-pg-template-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # when this test process ends
     bin_folder = server_bin()
     assert bin_folder is not None
     _run_as_owner(
