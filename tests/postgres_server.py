@@ -21,8 +21,8 @@ The fixtures' own connections are ``postgres``'s, on the Unix socket.
 
 from __future__ import annotations
 
-import contextlib
 import atexit
+import contextlib
 import functools
 import glob
 import grp
