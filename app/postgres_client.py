@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from app.postgres_sockets import NoAnswerError as NoAnswerError
 from app.postgres_sockets import Watchdog, alive
@@ -155,14 +155,16 @@ class ProcessPool:
 
     def _take(self, deadline: float) -> tuple[_Process, Connection]:
         """Return a process's pool and a live connection of it, before ``deadline``."""
-        process = self._process(deadline)
-        for _ in range(self.max_size + 1):
+        for _ in range(self.max_size + 2):
+            process = self._process(deadline)  # the pool another thread made anew, if so
             try:
                 connection = process.pool.getconn(_remaining(deadline))
+            except PoolClosed:
+                continue  # another thread found it dead and closed it meanwhile
             except PoolTimeout:
-                if process.pool.get_stats().get("connections_errors"):
+                if process.pool.pop_stats().get("connections_errors"):
                     self._discard(process)  # the server went away: probe it on next use
-                raise
+                raise  # else every connection was busy for the whole timeout
             if alive(connection):
                 return process, connection
             connection.close()
@@ -170,7 +172,6 @@ class ProcessPool:
             if not process.pool.get_stats().get("pool_available"):
                 # every idle connection was dead (a restart?): open a new pool, or fail now
                 self._discard(process)
-                process = self._process(deadline)
         raise PoolTimeout("no live connection in the pool")
 
     def _process(self, deadline: float) -> _Process:
@@ -185,6 +186,7 @@ class ProcessPool:
                 return current
             current = self._open(deadline)  # an inherited pool is left to its process
             current.finalizer = weakref.finalize(self, _close_soon, current)
+            current.finalizer.atexit = False  # at exit the system closes the sockets
             self._current = current
             return current
         finally:
