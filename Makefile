@@ -15,7 +15,7 @@ PIP = $$(if $(BIN)/python -m pip --version >/dev/null 2>&1; then echo $(BIN)/pyt
 PIP_INSTALL = $(PIP) install --quiet --disable-pip-version-check --require-hashes
 OIDC_PROVIDER := tests/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
-SERVER_MARKERS := gunicorn or redis or nginx or oidc or disk or browser
+SERVER_MARKERS := gunicorn or redis or postgres or nginx or oidc or disk or browser
 
 # The uv that pyproject.toml's dev extra pins, read from there rather than repeated here.
 UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \

@@ -13,17 +13,18 @@ from typing import Literal
 #: (``sqlite:////var/lib/token-service/tokens.sqlite3``) and a relative one three.
 SQLITE_PREFIX = "sqlite:///"
 REDIS_PREFIXES = ("redis://", "rediss://", "unix://")
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
-Backend = Literal["sqlite", "redis"]
+Backend = Literal["sqlite", "redis", "postgresql"]
 
 
 @dataclass(frozen=True)
 class StoreLocation:
-    """A parsed TOKEN_STORE_URL: the backend, and its file (SQLite) or its URL (Redis)."""
+    """A parsed TOKEN_STORE_URL: the backend, and its file (SQLite) or its URL (the others)."""
 
     backend: Backend
     #: The SQLite file's path as given (relative to the working folder, or absolute);
-    #: "" for Redis.
+    #: "" for the others.
     path: str
     #: The URL as given.
     url: str
@@ -35,7 +36,12 @@ def parse_store_url(url: str) -> StoreLocation:
         return StoreLocation("sqlite", url[len(SQLITE_PREFIX) :], url)
     if url.startswith(REDIS_PREFIXES):
         return StoreLocation("redis", "", url)
-    raise ValueError("TOKEN_STORE_URL must start with sqlite:///, redis://, rediss:// or unix://")
+    if url.startswith(POSTGRES_PREFIXES):
+        return StoreLocation("postgresql", "", url)
+    raise ValueError(
+        "TOKEN_STORE_URL must start with sqlite:///, redis://, rediss://, unix://,"
+        " postgresql:// or postgres://"
+    )
 
 
 def sqlite_url(path: str) -> str:

@@ -8,6 +8,7 @@ import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 import redis
 from argon2 import PasswordHasher
@@ -217,11 +218,14 @@ def test_the_counters_never_hold_the_username(limited_app, instance_path, store_
     if store_backend is None:  # SQLite: the counters' own file
         with sqlite3.connect(instance_path / SQLITE_FILE_NAME) as connection:
             keys = [row[0] for row in connection.execute("SELECT key FROM rate_limits")]
+    elif store_backend.startswith("postgresql://"):  # the store's database
+        with psycopg.connect(store_backend) as connection:
+            keys = [row[0] for row in connection.execute("SELECT key FROM rate_limits")]
     else:
         with redis.Redis.from_url(store_backend, decode_responses=True) as server:
             keys = [key for key in server.keys("*") if not key.startswith("rt:")]
     (key,) = keys
-    prefix = "login_failures/" if store_backend is None else "rl:login_failures/"
+    prefix = "rl:login_failures/" if str(store_backend).startswith("redis") else "login_failures/"
     assert key.startswith(prefix)
     assert "my-password" not in key
 

@@ -284,6 +284,7 @@ def test_a_multi_worker_scrape_adds_up_every_workers_counts(gunicorn_server):
         samples = scrape_server(server)
         return (
             value(samples, "token_service_tokens_total", event="issued") == logins
+            and value(samples, "token_service_tokens_total", event="refreshed") == logins
             and value(samples, "token_service_tokens_total", event="revoked") == logins
         )
 

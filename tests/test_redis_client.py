@@ -30,7 +30,9 @@ def test_a_store_url_names_its_backend_and_place(url, backend, path):
     assert (location.backend, location.path, location.url) == (backend, path, url)
 
 
-@pytest.mark.parametrize("url", ["sqlite://tokens.sqlite3", "postgres://x", "", "/tmp/x"])
+@pytest.mark.parametrize(
+    "url", ["sqlite://tokens.sqlite3", "mysql://x", "postgres:x", "", "/tmp/x"]
+)
 def test_an_unknown_store_url_is_refused_in_one_line(url):
     with pytest.raises(ValueError, match=r"^TOKEN_STORE_URL must start with sqlite:///, redis://"):
         parse_store_url(url)

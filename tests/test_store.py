@@ -1,4 +1,5 @@
-"""One test-suite for every refresh-token store backend (SQLite, and a real redis-server)."""
+"""One test-suite for every refresh-token store backend (SQLite, a real redis-server, a
+real PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 
@@ -25,10 +27,11 @@ from app.store import (
     token_digest,
 )
 from app.store.base import DIGEST_PREFIX_LENGTH, RETIRED_GENERATIONS_KEPT
+from app.store.postgres import PostgresTokenStore
 from app.store.redis import TOKEN_KEY_PREFIX, RedisTokenStore
 from app.store.sqlite import SQLiteTokenStore
 from app.tokens import new_refresh_token
-from tests.conftest import stored_contents
+from tests.conftest import free_port, stored_contents
 
 #: Usernames that a key or a column could confuse with one another, or mangle.
 TRICKY_USERNAMES = ["a", "a:b", "b", "a:", ":a", "rt:user:a", "Zoë 山田", "a b", "A", "%s", "🔑"]
@@ -62,6 +65,9 @@ def stored_digests(store: RefreshTokenStore) -> set[str]:
     """Return the digest of every record the store holds: live, retired or expired."""
     if isinstance(store, SQLiteTokenStore):
         with contextlib.closing(sqlite3.connect(store.path)) as database:
+            return {digest for (digest,) in database.execute("SELECT digest FROM refresh_tokens")}
+    if isinstance(store, PostgresTokenStore):
+        with psycopg.connect(store.url) as database:
             return {digest for (digest,) in database.execute("SELECT digest FROM refresh_tokens")}
     assert isinstance(store, RedisTokenStore)
     with redis.Redis.from_url(store.url, decode_responses=True) as client:
@@ -831,6 +837,8 @@ def unreachable_store_url(store_url: str, tmp_path, request) -> str:
     if store_url.startswith("sqlite:///"):
         (tmp_path / "directory.sqlite3").mkdir()
         return f"sqlite:///{tmp_path}/directory.sqlite3"
+    if store_url.startswith("postgresql://"):  # a loopback port where nothing listens
+        return f"postgresql://tokens:password@127.0.0.1:{free_port()}/tokens"
     server = request.getfixturevalue("redis_server")()
     server.stop()  # a port where nothing listens any more
     return server.url

@@ -12,7 +12,11 @@ import click
 from flask.cli import AppGroup
 
 from app.cli.arguments import InputError, read_one_line, valid_username
-from app.store import StoreUnavailableError, get_store, shown_digest
+from app.config import ConfigError
+from app.config.parsers import store_url
+from app.settings import current_settings
+from app.store import StoreUnavailableError, get_store, open_store, shown_digest
+from app.store.transfer import copy_tokens
 from app.tokens import REFRESH_TOKEN_LENGTH
 
 #: Fewer hex digits than this could name a token the operator did not mean.
@@ -23,7 +27,9 @@ MAX_TOKEN_LINE = 4096
 #: What /login hands out (app/tokens.py): anything else is no refresh token.
 REFRESH_TOKEN = re.compile(rf"[A-Za-z0-9]{{{REFRESH_TOKEN_LENGTH}}}")
 
-tokens = AppGroup("tokens", help="Count, list and revoke refresh tokens (never shown in clear).")
+tokens = AppGroup(
+    "tokens", help="Count, list, revoke and copy refresh tokens (never shown in clear)."
+)
 
 
 @contextmanager
@@ -109,3 +115,34 @@ def revoke_token_command() -> None:
         click.echo(f"revoked the refresh token {shown}")
     else:
         click.echo(f"the refresh token {shown} was not known (revoked already?)")
+
+
+@tokens.command("copy")
+@click.option(
+    "--to",
+    "target_url",
+    required=True,
+    metavar="URL",
+    help="The store to copy into: a TOKEN_STORE_URL (sqlite:///..., redis://..., postgresql://...).",
+)
+def copy_command(target_url: str) -> None:
+    """Copy every refresh token and deny entry of this store into the store at URL.
+
+    Stop the service first: a token issued or revoked during the copy may be missed.
+    Tokens the target holds already are left as they are, so it can be run again.
+    """
+    try:
+        url = store_url("--to", target_url)
+    except ConfigError as error:  # never echoes the URL, which may hold a password
+        raise click.BadParameter(str(error).removeprefix("--to "), param_hint="--to") from None
+    settings = current_settings()
+    target = open_store(url, settings.store_timeout, settings.store_connect_timeout)
+    try:
+        with store_errors():
+            copied = copy_tokens(get_store(), target)
+    finally:
+        target.close()
+    click.echo(
+        f"copied {copied.tokens} refresh tokens ({copied.live} live, the others retired by"
+        f" rotation) and {copied.denied} deny entries"
+    )

@@ -21,10 +21,11 @@ from app.config.parsers import PROVIDER_NAME as PROVIDER_NAME
 from app.config.parsers import ConfigError as ConfigError
 from app.config.parsers import IPNetwork as IPNetwork
 from app.config.parsers import Parser
+from app.store_url import POSTGRES_PREFIXES
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LogFormat = Literal["json", "text"]
-StoreDurability = Literal["normal", "strict"]
+StoreDurability = Literal["normal", "strict", "relaxed"]
 SigningAlgorithm = Literal["HS256", "EdDSA", "ES256"]
 
 HS256: Final = "HS256"
@@ -33,7 +34,7 @@ ES256: Final = "ES256"
 ALGORITHMS: tuple[SigningAlgorithm, ...] = (HS256, EDDSA, ES256)
 LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text")
-DURABILITIES: tuple[StoreDurability, ...] = ("normal", "strict")
+DURABILITIES: tuple[StoreDurability, ...] = ("normal", "strict", "relaxed")
 
 #: Largest request body the service reads, in bytes (DESIGN.md: 16 KiB).
 MAX_BODY_BYTES = 16 * 1024
@@ -178,6 +179,9 @@ class Settings:
     store_connect_timeout: float | None = setting(
         "TOKEN_STORE_CONNECT_TIMEOUT", parse.seconds_between(0.05, 60), None
     )
+    #: PostgreSQL: connections each worker process keeps open, and opens at most.
+    store_pool_min: int = setting("TOKEN_STORE_POOL_MIN", parse.int_between(0, 64), 1)
+    store_pool_max: int = setting("TOKEN_STORE_POOL_MAX", parse.int_between(1, 64), 4)
     auth_cookie_name: str = setting("AUTH_COOKIE_NAME", parse.cookie_name, "jwt")
     auth_cookie_secure: bool = setting("AUTH_COOKIE_SECURE", parse.boolean, True)
     cookie_token_lifetime: int = setting(
@@ -260,6 +264,15 @@ class Settings:
             raw = source.get(env)
             if raw is not None:
                 values[setting.name] = setting.metadata["parse"](env, str(raw))
+        if values.get("store_pool_min", 1) > values.get("store_pool_max", 4):
+            raise ConfigError("TOKEN_STORE_POOL_MIN must not be more than TOKEN_STORE_POOL_MAX")
+        if values.get("store_durability") == "relaxed" and not str(
+            values.get("token_store_url", "")
+        ).startswith(POSTGRES_PREFIXES):
+            raise ConfigError(
+                "TOKEN_STORE_DURABILITY=relaxed is for a PostgreSQL store (TOKEN_STORE_URL"
+                "=postgresql://...); SQLite's normal already relaxes logins"
+            )
         if values.get("refresh_token_reuse_grace") and not values.get("refresh_token_rotation"):
             raise ConfigError("REFRESH_TOKEN_REUSE_GRACE needs REFRESH_TOKEN_ROTATION=true")
         values["identity_providers"] = tuple(

@@ -101,6 +101,23 @@ def choice(
     return parse
 
 
+def postgres_url(name: str, value: str) -> str:
+    """Return a PostgreSQL URL that libpq reads; its message never quotes the URL."""
+    from psycopg.conninfo import conninfo_to_dict  # only deployments on PostgreSQL need it
+
+    try:
+        ports = str(conninfo_to_dict(value).get("port") or "").split(",")
+        if not all(port == "" or (port.isdigit() and 0 < int(port) < 65_536) for port in ports):
+            raise ValueError("not a port")  # libpq reads it only when it connects
+    except Exception:  # libpq's message may quote part of the password: not shown
+        raise ConfigError(
+            f"{name} is not a usable PostgreSQL URL: check the host, the port, the"
+            " database, the query parameters, and that a password with / : @ % is"
+            " percent-encoded"
+        ) from None
+    return value
+
+
 def secret(name: str, value: str) -> str:
     if len(value.encode()) < MIN_SECRET_BYTES:
         raise ConfigError(
@@ -229,6 +246,8 @@ def store_url(name: str, value: str) -> str:
         if location.path in {"", ":memory:"}:
             raise ConfigError(f"{name} needs a file path: sqlite:///<path>")
         return value
+    if location.backend == "postgresql":
+        return postgres_url(name, value)
     from redis.connection import parse_url  # only deployments on Redis need redis-py
 
     try:

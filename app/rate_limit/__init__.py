@@ -7,10 +7,11 @@ the address came from a trusted proxy's X-Forwarded-For (a client is never exemp
 saying it is the host itself). Anything that is not an IP address shares one counter.
 The counters live where every worker and every host sees them, so N allowed per
 window means at most N answered, whichever worker serves them: in the token store's
-Redis (``app.rate_limit.redis``), or in a SQLite file beside the token store
-(``app.rate_limit.sqlite``). The windows are fixed ones, each starting with a
-client's first request in it; a request counts on every limit at once, in one
-round trip (one statement, or one Lua script), whatever the number of limits.
+Redis (``app.rate_limit.redis``) or PostgreSQL (``app.rate_limit.postgres``, an
+unlogged table), or in a SQLite file beside the token store (``app.rate_limit.sqlite``).
+The windows are fixed ones, each starting with a client's first request in it; a request
+counts on every limit at once, in one round trip (one statement, or one Lua script),
+whatever the number of limits.
 
 ``limits`` reads the notation and names the windows. Its strategies are not used:
 they make a round trip per limit, and one more for the time left. Flask-Limiter is
@@ -48,6 +49,7 @@ from app.rate_limit.counters import CountersUnavailableError as CountersUnavaila
 from app.rate_limit.login_failures import init_login_failure_limit
 from app.rate_limit.storage import open_storage
 from app.request_log import note
+from app.store import EXTENSION_KEY as STORE_KEY
 
 EXTENSION_KEY = "rate_limiter"
 #: Distinct client addresses whose key each process remembers.
@@ -160,9 +162,8 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
     """Attach the rate limiter to ``app``, or None with RATE_LIMIT_AUTH=off."""
     limiter = None
     if settings.rate_limit_auth:
-        limiter = RateLimiter(
-            settings.rate_limit_auth, settings.rate_limit_exempt, open_storage(settings)
-        )
+        storage = open_storage(settings, app.extensions.get(STORE_KEY))
+        limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, storage)
     app.extensions[EXTENSION_KEY] = limiter
     init_login_failure_limit(app, settings, limiter.storage if limiter is not None else None)
 

@@ -45,6 +45,7 @@ from app.rate_limit.counters import (
     windows_of,
 )
 from app.rate_limit.storage import open_storage
+from app.store import EXTENSION_KEY as STORE_KEY
 
 EXTENSION_KEY = "login_failure_limit"
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
@@ -144,7 +145,7 @@ def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters |
     if settings.users_file is not None and settings.login_failure_limit:
         limit = LoginFailureLimit(
             settings.login_failure_limit,
-            storage or open_storage(settings),
+            storage or open_storage(settings, app.extensions.get(STORE_KEY)),
             settings.signing_secret.encode(),
         )
     app.extensions[EXTENSION_KEY] = limit

@@ -1,4 +1,4 @@
-"""Open the counters' storage: the token store's Redis, or a SQLite file beside it."""
+"""Open the counters' storage: the token store's Redis or PostgreSQL, or a SQLite file beside it."""
 
 from __future__ import annotations
 
@@ -6,18 +6,33 @@ import os
 
 from app.config import Settings
 from app.rate_limit.counters import SQLITE_FILE_NAME, Counters
+from app.store import RefreshTokenStore
 from app.store_url import parse_store_url
 
 
-def open_storage(settings: Settings) -> Counters:
-    """Return the counters' storage: the token store's Redis, or a SQLite file beside it."""
+def open_storage(settings: Settings, store: RefreshTokenStore | None = None) -> Counters:
+    """Return the counters' storage: the token store's Redis or PostgreSQL database, or a
+    SQLite file beside it. ``store``: the app's token store, whose PostgreSQL connections
+    the counters share (without it, they get a pool of their own)."""
     location = parse_store_url(settings.token_store_url)
     if location.backend == "sqlite":
         from app.rate_limit.sqlite import SQLiteCounters  # only SQLite hosts load it
 
         folder = os.path.dirname(location.path)
         return SQLiteCounters(os.path.join(folder, SQLITE_FILE_NAME), settings.store_timeout)
+    connect_timeout = settings.store_connect_timeout or settings.store_timeout
+    if location.backend == "postgresql":
+        from app.rate_limit.postgres import PostgresCounters  # only they load psycopg
+        from app.store.postgres import PostgresTokenStore
+
+        if not isinstance(store, PostgresTokenStore):
+            store = PostgresTokenStore(
+                location.url,
+                settings.store_timeout,
+                connect_timeout,
+                pool_size=(settings.store_pool_min, settings.store_pool_max),
+            )
+        return PostgresCounters(store.client)
     from app.rate_limit.redis import RedisCounters  # only Redis hosts load redis-py
 
-    connect_timeout = settings.store_connect_timeout or settings.store_timeout
     return RedisCounters(location.url, settings.store_timeout, connect_timeout)

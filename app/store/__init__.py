@@ -40,20 +40,26 @@ def open_store(
     connect_timeout: float | None = None,
     policy: RefreshTokenPolicy | None = None,
     durability: str = "normal",
+    pool_size: tuple[int, int] = (1, 4),
 ) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
-    ``timeout`` bounds each answer (a SQLite lock, a Redis reply);
-    ``connect_timeout`` each new Redis connection, and defaults to ``timeout``.
-    ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user limit.
-    ``durability`` (SQLite) is ``normal`` or ``strict``; Redis's is its own
-    ``appendfsync``.
+    ``timeout`` bounds each answer (a SQLite lock, a Redis or PostgreSQL reply);
+    ``connect_timeout`` each new Redis or PostgreSQL connection, and defaults to
+    ``timeout``. ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user
+    limit. ``durability`` is ``normal`` or ``strict`` (SQLite), or ``relaxed``
+    (PostgreSQL); Redis's is its own ``appendfsync``. ``pool_size`` (PostgreSQL) is the
+    connections each process keeps and opens at most.
     """
     location = parse_store_url(url)
     if location.backend == "sqlite":
         from app.store.sqlite import SQLiteTokenStore  # only SQLite hosts load it
 
         return SQLiteTokenStore(location.path, timeout, policy, durability)
+    if location.backend == "postgresql":
+        from app.store.postgres import PostgresTokenStore  # only they load psycopg
+
+        return PostgresTokenStore(url, timeout, connect_timeout, policy, durability, pool_size)
     from app.store.redis import RedisTokenStore  # only Redis hosts load redis-py
 
     return RedisTokenStore(location.url, timeout, connect_timeout, policy)
@@ -62,7 +68,8 @@ def open_store(
 def init_store(app: Flask, settings: Settings) -> None:
     """Attach the store named by the settings to ``app``; warn now if a remote one is down.
 
-    Connections open on first use: the one the check opens is closed at once.
+    Connections open on first use: the one the check opens is closed at once, unless
+    the store keeps a pool per process (PostgreSQL), which a forked worker never uses.
     """
     policy = RefreshTokenPolicy(
         lifetime=settings.refresh_token_lifetime,
@@ -75,6 +82,7 @@ def init_store(app: Flask, settings: Settings) -> None:
         settings.store_connect_timeout,
         policy,
         settings.store_durability,
+        (settings.store_pool_min, settings.store_pool_max),
     )
     app.extensions[EXTENSION_KEY] = store
     if store.remote:
@@ -96,7 +104,8 @@ def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:
             error,
         )
     finally:
-        store.close()  # reopened on first use, in whichever process and thread uses it
+        if not getattr(store, "pooled_per_process", False):
+            store.close()  # reopened on first use, in whichever process and thread uses it
 
 
 def get_store() -> RefreshTokenStore:

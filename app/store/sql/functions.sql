@@ -1,0 +1,211 @@
+-- The PostgreSQL store's operations that read and change several rows, each one call
+-- (one round trip), created with the schema and replaced at each upgrade.
+--
+-- Times come from the service (its host's clock), as with the other stores: p_now is
+-- seconds since the epoch; whole-second columns (issued_at, expires_at) compare with its
+-- floor. Every change to a user's families (rotation, a revoke, an eviction under the
+-- limit, revoke-user) takes that user's advisory lock first, and each statement after it
+-- reads afresh (READ COMMITTED, a volatile function): concurrent calls about one user
+-- run one after the other, whichever host or worker makes them.
+
+-- Forget up to p_limit expired tokens, found through the expiry index; rows another call
+-- is changing are left to it.
+-- (MATERIALIZED: the batch is chosen once; a LIMIT in a subquery that the plan scans
+-- again could choose other rows, and delete more than p_limit.)
+CREATE OR REPLACE FUNCTION token_store_purge(p_now double precision, p_limit integer)
+RETURNS integer LANGUAGE sql AS $$
+    WITH due AS MATERIALIZED (
+        SELECT digest FROM refresh_tokens WHERE expires_at <= floor(p_now)::bigint
+        LIMIT p_limit FOR UPDATE SKIP LOCKED),
+    purged AS (
+        DELETE FROM refresh_tokens USING due WHERE refresh_tokens.digest = due.digest
+        RETURNING 1)
+    SELECT count(*)::integer FROM purged
+$$;
+
+-- Serialize every change to p_username's tokens until the end of the transaction.
+CREATE OR REPLACE FUNCTION token_store_lock_user(p_username text)
+RETURNS void LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('token_store_user'), hashtext(p_username))
+$$;
+
+-- Forget a live token, and with it its family's retired tokens.
+CREATE OR REPLACE FUNCTION token_store_forget_live(p_digest text, p_family text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_family IS NULL THEN
+        DELETE FROM refresh_tokens WHERE digest = p_digest;
+    ELSE
+        DELETE FROM refresh_tokens WHERE family = p_family;
+    END IF;
+END $$;
+
+-- Issue under a lifetime (p_expires_at) or a per-user limit (p_per_user > 0): purge a
+-- batch of expired tokens, forget the user's oldest live tokens beyond the limit, insert.
+CREATE OR REPLACE FUNCTION token_store_issue(
+    p_digest text, p_username text, p_now double precision, p_expires_at bigint,
+    p_per_user integer, p_batch integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := floor(p_now);
+    v_excess bigint;
+    v_live record;
+BEGIN
+    IF p_expires_at IS NOT NULL THEN
+        PERFORM token_store_purge(p_now, p_batch);
+    END IF;
+    IF p_per_user > 0 THEN
+        PERFORM token_store_lock_user(p_username);
+        SELECT count(*) - p_per_user + 1 INTO v_excess FROM refresh_tokens
+            WHERE username = p_username AND retired_at IS NULL
+            AND (expires_at IS NULL OR expires_at > v_now);
+        FOR v_live IN
+            SELECT digest, family FROM refresh_tokens
+            WHERE username = p_username AND retired_at IS NULL
+            AND (expires_at IS NULL OR expires_at > v_now)
+            ORDER BY issued_at, sequence NULLS FIRST, digest  -- same-second: order of issue
+            LIMIT greatest(v_excess, 0)
+        LOOP
+            PERFORM token_store_forget_live(v_live.digest, v_live.family);
+        END LOOP;
+    END IF;
+    INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence)
+        VALUES (p_digest, p_username, v_now, p_expires_at, nextval('refresh_tokens_sequence'));
+END $$;
+
+-- Rotate p_digest into p_successor (RefreshTokenStore.rotate): outcome is rotated,
+-- retried, reused, unknown or other_user; family_digest the family's first digest.
+CREATE OR REPLACE FUNCTION token_store_rotate(
+    p_digest text, p_successor text, p_username text, p_now double precision,
+    p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
+    p_numbered boolean, OUT outcome text, OUT family_digest text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := floor(p_now);
+    v_owner text;
+    v_token refresh_tokens%ROWTYPE;
+    v_family text;
+    v_generation integer;
+    v_expires bigint;
+    v_unused text;
+BEGIN
+    outcome := 'unknown';
+    family_digest := '';
+    IF p_lifetime IS NOT NULL THEN
+        PERFORM token_store_purge(p_now, p_batch);
+    END IF;
+    SELECT username INTO v_owner FROM refresh_tokens WHERE digest = p_digest;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM token_store_lock_user(v_owner);
+    SELECT * INTO v_token FROM refresh_tokens WHERE digest = p_digest FOR UPDATE;
+    IF NOT FOUND OR v_now >= v_token.expires_at THEN
+        RETURN;
+    END IF;
+    IF v_token.username <> p_username THEN
+        outcome := 'other_user';
+        RETURN;
+    END IF;
+    v_family := coalesce(v_token.family, v_token.digest);
+    v_generation := coalesce(v_token.generation, 0);
+    family_digest := v_family;
+    IF v_token.retired_at IS NULL THEN
+        outcome := 'rotated';
+        UPDATE refresh_tokens SET retired_at = p_now, family = v_family, generation = v_generation
+            WHERE digest = p_digest;
+    ELSE
+        -- no grace, no retry; within it, this token's own successor, if nothing rotated
+        -- or replaced it yet (a sibling's successor is not its to retry)
+        IF p_grace > 0 AND p_now < v_token.retired_at + p_grace THEN
+            SELECT digest INTO v_unused FROM refresh_tokens
+                WHERE family = v_family AND generation = v_generation + 1
+                AND parent = p_digest AND retired_at IS NULL;
+        END IF;
+        IF v_unused IS NULL THEN
+            DELETE FROM refresh_tokens WHERE family = v_family;
+            outcome := 'reused';
+            RETURN;
+        END IF;
+        outcome := 'retried';
+        -- retired, not forgotten: whoever presents it later revokes the family
+        UPDATE refresh_tokens SET retired_at = p_now WHERE digest = v_unused;
+    END IF;
+    v_expires := v_token.expires_at;
+    IF v_expires IS NULL AND p_lifetime IS NOT NULL THEN  -- a family older than the setting
+        v_expires := v_now + p_lifetime;
+        UPDATE refresh_tokens SET expires_at = v_expires WHERE family = v_family;
+    END IF;
+    INSERT INTO refresh_tokens
+        (digest, username, issued_at, expires_at, family, generation, parent, sequence)
+        VALUES (p_successor, v_token.username, v_now, v_expires, v_family, v_generation + 1,
+                p_digest, CASE WHEN p_numbered THEN nextval('refresh_tokens_sequence') END);
+    DELETE FROM refresh_tokens WHERE family = v_family AND generation < v_generation + 1 - p_kept;
+END $$;
+
+-- Forget one token (a family's live one takes the family along); whether it was known.
+CREATE OR REPLACE FUNCTION token_store_revoke(p_digest text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text;
+    v_family text;
+    v_retired double precision;
+BEGIN
+    SELECT username INTO v_owner FROM refresh_tokens WHERE digest = p_digest;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM token_store_lock_user(v_owner);
+    DELETE FROM refresh_tokens WHERE digest = p_digest
+        RETURNING family, retired_at INTO v_family, v_retired;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_family IS NOT NULL AND v_retired IS NULL THEN
+        DELETE FROM refresh_tokens WHERE family = v_family;
+    END IF;
+    RETURN true;
+END $$;
+
+-- Forget every token of p_username; how many were live.
+CREATE OR REPLACE FUNCTION token_store_revoke_all(p_username text, p_now double precision)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    PERFORM token_store_lock_user(p_username);
+    WITH gone AS (
+        DELETE FROM refresh_tokens WHERE username = p_username RETURNING retired_at, expires_at)
+    SELECT count(*) FILTER (WHERE retired_at IS NULL
+                            AND (expires_at IS NULL OR expires_at > floor(p_now)::bigint))
+        INTO v_count FROM gone;
+    RETURN v_count;
+END $$;
+
+-- Forget the one live token whose digest starts with p_prefix (lowercase hex); 1 or 0.
+CREATE OR REPLACE FUNCTION token_store_revoke_prefix(p_prefix text, p_now double precision)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := floor(p_now);
+    v_found text[];
+    v_token refresh_tokens%ROWTYPE;
+BEGIN
+    SELECT array_agg(digest) INTO v_found FROM (
+        SELECT digest FROM refresh_tokens
+        WHERE digest >= p_prefix AND digest < (p_prefix || 'g') AND retired_at IS NULL
+        AND (expires_at IS NULL OR expires_at > v_now) LIMIT 2) AS matching;
+    IF cardinality(v_found) IS DISTINCT FROM 1 THEN
+        RETURN 0;
+    END IF;
+    SELECT * INTO v_token FROM refresh_tokens WHERE digest = v_found[1];
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    PERFORM token_store_lock_user(v_token.username);
+    SELECT * INTO v_token FROM refresh_tokens WHERE digest = v_found[1] AND retired_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    PERFORM token_store_forget_live(v_token.digest, v_token.family);
+    RETURN 1;
+END $$;
