@@ -18,6 +18,7 @@ from app.instance import prepare_instance
 from app.keys import settings_key_ring
 from app.logging_config import ServiceGunicornLogger, logging_config
 from app.metrics_scrape import fresh_multiprocess_folder
+from app.private_apis import refuse_new_connections_when_stopping
 
 try:
     settings = prepare_instance(Settings.load())
@@ -81,30 +82,10 @@ def on_exit(server):
 
 
 # A stopping worker (TERM: gunicorn stopping, or the old workers of a HUP) refuses new
-# connections at once, once it has taken what already waits in the listen queue: gthread
-# would leave new ones in the queue until it exits, and the kernel then resets them after
-# nginx has sent a request on them, which nginx may not pass on if it is a POST. Refused,
-# nginx passes any request to the next server of its upstream, since nothing was sent.
-# (A HUP's new workers and the master keep the port open: only the worker's own copy of
-# the listening socket closes.) docs/deployment.md, "Reloads and restarts".
+# connections at once, once it has taken what already waits in the listen queue; see
+# app/private_apis.py and docs/deployment.md, "Reloads and restarts".
 def post_worker_init(worker: Any) -> None:
-    enable_accept = getattr(worker, "set_accept_enabled", None)
-    if enable_accept is None:  # not a gthread worker
-        return
-
-    def set_accept_enabled(enabled: bool) -> None:
-        enable_accept(enabled)
-        if enabled or worker.alive:
-            return
-        for listener in worker.sockets:
-            for _ in range(worker.worker_connections):  # what waits in the queue, bounded
-                accepted = worker.nr_conns
-                worker.accept(listener)  # answered with "Connection: close" (stopping)
-                if worker.nr_conns == accepted:
-                    break
-            listener.close()
-
-    worker.set_accept_enabled = set_accept_enabled
+    refuse_new_connections_when_stopping(worker)
 
 
 def reachable_addresses(server: Any) -> list[str]:

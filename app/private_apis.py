@@ -10,6 +10,8 @@ that breaks one fails there, before it reaches a server.
   signed without ``jwt.encode``, byte for byte what it writes.
 - Authlib: the session keys under which its Flask client keeps pending logins, read
   to bound the login-state cookie.
+- gunicorn: the gthread worker's accept switch, wrapped so that a stopping worker
+  refuses new connections at once.
 - prometheus_client: its value class, switched to in-memory counting in a worker whose
   metric files the disk cannot give (docs/operations.md, "A full disk").
 """
@@ -26,7 +28,12 @@ import orjson
 from jwt.algorithms import Algorithm, HMACAlgorithm
 
 #: The distribution and the version (major.minor) whose internals were checked.
-CHECKED_VERSIONS = {"pyjwt": "2.15", "authlib": "1.9", "prometheus-client": "0.26"}
+CHECKED_VERSIONS = {
+    "pyjwt": "2.15",
+    "authlib": "1.9",
+    "prometheus-client": "0.26",
+    "gunicorn": "27.0",
+}
 
 # --- PyJWT ---------------------------------------------------------------------------
 
@@ -123,3 +130,35 @@ def count_in_process_memory() -> None:
     from prometheus_client import values  # only a worker whose files failed needs it
 
     values.ValueClass = values.MutexValue
+
+
+# --- gunicorn ------------------------------------------------------------------------
+
+
+def refuse_new_connections_when_stopping(worker: Any) -> None:
+    """Make a stopping gthread ``worker`` take what waits in its listen queue, then close
+    its copy of the listening socket.
+
+    gthread leaves new connections in the queue until the worker exits, and the kernel
+    then resets them after nginx has sent a request on them, which nginx may not pass
+    on if it is a POST. Refused instead, nginx passes any request to the next server of
+    its upstream, since nothing was sent. A HUP's new workers and the master keep the
+    port open: only the worker's own copy closes.
+    """
+    enable_accept = getattr(worker, "set_accept_enabled", None)
+    if enable_accept is None:  # not a gthread worker
+        return
+
+    def set_accept_enabled(enabled: bool) -> None:
+        enable_accept(enabled)
+        if enabled or worker.alive:
+            return
+        for listener in worker.sockets:
+            for _ in range(worker.worker_connections):  # what waits in the queue, bounded
+                accepted = worker.nr_conns
+                worker.accept(listener)  # answered with "Connection: close" (stopping)
+                if worker.nr_conns == accepted:
+                    break
+            listener.close()
+
+    worker.set_accept_enabled = set_accept_enabled

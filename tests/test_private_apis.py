@@ -6,6 +6,7 @@ adapt the reach (or drop it), and update ``CHECKED_VERSIONS``.
 
 from __future__ import annotations
 
+import inspect
 import os
 import secrets
 import subprocess
@@ -17,6 +18,7 @@ import jwt
 import pytest
 from authlib.integrations.flask_client import FlaskIntegration
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from gunicorn.workers.gthread import ThreadWorker
 from jwt.algorithms import HMACAlgorithm, get_default_algorithms
 
 from app import private_apis
@@ -157,3 +159,49 @@ def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- gunicorn ------------------------------------------------------------------------
+
+
+def test_gthread_workers_have_what_the_stopping_hook_wraps():
+    """The names the hook reads, on gunicorn's gthread worker (the real stop is
+    tests/test_reloads.py's, on a real gunicorn)."""
+    assert list(inspect.signature(ThreadWorker.set_accept_enabled).parameters) == [
+        "self",
+        "enabled",
+    ]
+    assert list(inspect.signature(ThreadWorker.accept).parameters) == ["self", "listener"]
+    source = inspect.getsource(ThreadWorker)
+    for name in ("self.nr_conns", "self.worker_connections", "self.alive", "self.sockets"):
+        assert name in source, name
+
+
+def test_the_stopping_hook_takes_the_queue_then_closes_the_listener():
+    calls = []
+
+    class Listener:
+        def close(self):
+            calls.append("close")
+
+    class Worker:
+        alive, worker_connections, nr_conns = True, 3, 0
+
+        def __init__(self):
+            self.sockets = [Listener()]
+
+        def set_accept_enabled(self, enabled):
+            calls.append(("enabled", enabled))
+
+        def accept(self, listener):
+            calls.append("accept")
+            if calls.count("accept") <= 2:  # two connections wait, then none
+                self.nr_conns += 1
+
+    worker = Worker()
+    private_apis.refuse_new_connections_when_stopping(worker)
+    worker.set_accept_enabled(False)  # alive: only gunicorn's own switch
+    assert calls == [("enabled", False)]
+    worker.alive = False
+    worker.set_accept_enabled(False)
+    assert calls[1:] == [("enabled", False), "accept", "accept", "accept", "close"]
