@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from bench import procstat
+from bench.store_servers import stop_pid
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SITE = ROOT / "deploy" / "nginx" / "token-service.conf"
@@ -59,17 +60,6 @@ def answers(url: str) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def stop_pid(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-    """Stop ``process`` by its PID: ``sig``, then SIGKILL if it lingers."""
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 @dataclass
