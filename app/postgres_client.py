@@ -123,9 +123,10 @@ class ProcessPool:
         return failure_message(f"{what} {self.location}", error, self._password, why)
 
     @contextmanager
-    def connection(self) -> Iterator[Connection]:
+    def connection(self, keep: bool = False) -> Iterator[Connection]:
         """Yield a live connection of this process's pool, in autocommit; bounded by the
-        timeout from now. Raise one of POSTGRES_FAILURES when the server cannot answer."""
+        timeout from now. Raise one of POSTGRES_FAILURES when the server cannot answer.
+        ``keep``: this thread may keep it for its next calls (``_keep``)."""
         deadline = time.monotonic() + self.timeout
         kept = self._kept()
         process, connection = self._take(deadline) if kept is None else kept
@@ -136,15 +137,16 @@ class ProcessPool:
             connection.close()  # a standby now: the next connection may find the primary
             raise
         finally:
-            if kept is None and not self._keep(process, connection):
+            if kept is None and not (keep and self._keep(process, connection)):
                 process.pool.putconn(connection)  # a broken one is closed and replaced
 
     def execute(self, statement: str, parameters: Any, fetch: bool = False) -> Any:
         """Run one statement as ``connection`` would (the same checks, the same deadline),
-        without its context managers; return its first row if ``fetch``."""
+        without its context managers; return its first row if ``fetch``. The thread keeps
+        its connection: for the request threads' calls, not the start-up check's."""
         kept = self._kept()
         if kept is None:
-            with self.connection() as connection:
+            with self.connection(keep=True) as connection:
                 cursor = connection.execute(statement, parameters)
                 return cursor.fetchone() if fetch else None
         process, connection = kept

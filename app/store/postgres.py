@@ -185,7 +185,8 @@ class PostgresTokenStore(RefreshTokenStore):
         )
 
     def ping(self) -> None:
-        self._value("SELECT 1", ())
+        with self._connection() as connection:  # not kept: the start-up check's thread
+            connection.execute("SELECT 1")
 
     def close(self) -> None:
         self.client.close()
