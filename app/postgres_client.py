@@ -12,6 +12,8 @@ every call is bounded by one deadline, ``timeout`` seconds from its start:
 - a pooled connection whose socket the server closed (a restart, pg_terminate_backend)
   is seen by a poll of its socket, without a round trip, closed and replaced: never
   handed to a call. When none is left, the pool is made anew;
+- a thread keeps the connection it got (up to ``max_size - 1`` threads), polled the same
+  way before each call, instead of taking one from the pool and returning it each time;
 - the server cancels a statement after ``timeout`` (``statement_timeout``), and a
   watchdog shuts the socket of a call still waiting at its deadline, so a frozen
   server fails the call instead of hanging it;
@@ -31,13 +33,15 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from app.postgres_process import Connection as Connection
+from app.postgres_process import Held, Process, close_pool, close_soon, handing_over, remaining
 from app.postgres_sockets import NoAnswerError as NoAnswerError
 from app.postgres_sockets import Watchdog, alive
 
@@ -48,8 +52,6 @@ POSTGRES_FAILURES = (psycopg.Error, OSError)
 MIN_CONNECT_TIMEOUT = 2
 #: The longest failure message, in characters (a server's hint may go on).
 MAX_MESSAGE = 400
-
-Connection = psycopg.Connection[Any]
 
 
 def postgres_location(url: str) -> str:
@@ -78,18 +80,6 @@ class Schema:
     ready: Callable[[Connection], bool]
     #: Create or upgrade it (safely beside other processes): may take longer, and run once.
     create: Callable[[Connection], None]
-
-
-@dataclass(eq=False)
-class _Process:
-    """One process's pool, its watchdog, and the pool's first connection until taken."""
-
-    pool: ConnectionPool[Connection]
-    watchdog: Watchdog
-    handoff: list[Connection]
-    pid: int = field(default_factory=os.getpid)
-    #: Closes the pool if its ProcessPool is dropped unclosed (an app left to the collector).
-    finalizer: weakref.finalize[Any, Any] | None = None
 
 
 class ProcessPool:
@@ -124,19 +114,22 @@ class ProcessPool:
             application_name=params.get("application_name") or "token-service",
         )
         self.schema = schema
-        self._current: _Process | None = None
+        self._current: Process | None = None
         self._lock = threading.Lock()
+        self._held = Held()
 
     def message(self, what: str, error: BaseException, why: str = "") -> str:
         """Return the one line that says ``what`` (at this server) failed: no password."""
         return failure_message(f"{what} {self.location}", error, self._password, why)
 
     @contextmanager
-    def connection(self) -> Iterator[Connection]:
+    def connection(self, keep: bool = False) -> Iterator[Connection]:
         """Yield a live connection of this process's pool, in autocommit; bounded by the
-        timeout from now. Raise one of POSTGRES_FAILURES when the server cannot answer."""
+        timeout from now. Raise one of POSTGRES_FAILURES when the server cannot answer.
+        ``keep``: this thread may keep it for its next calls (``_keep``)."""
         deadline = time.monotonic() + self.timeout
-        process, connection = self._take(deadline)
+        kept = self._kept()
+        process, connection = self._take(deadline) if kept is None else kept
         try:
             with process.watchdog.guard(connection, deadline):
                 yield connection
@@ -144,21 +137,77 @@ class ProcessPool:
             connection.close()  # a standby now: the next connection may find the primary
             raise
         finally:
-            process.pool.putconn(connection)  # a broken one is closed and replaced
+            if kept is None and not (keep and self._keep(process, connection)):
+                process.pool.putconn(connection)  # a broken one is closed and replaced
+
+    def execute(self, statement: str, parameters: Any, fetch: bool = False) -> Any:
+        """Run one statement as ``connection`` would (the same checks, the same deadline),
+        without its context managers; return its first row if ``fetch``. The thread keeps
+        its connection: for the request threads' calls, not the start-up check's."""
+        kept = self._kept()
+        if kept is None:
+            with self.connection(keep=True) as connection:
+                cursor = connection.execute(statement, parameters)
+                return cursor.fetchone() if fetch else None
+        process, connection = kept
+        watchdog = process.watchdog
+        call = watchdog.arm(connection, time.monotonic() + self.timeout)
+        try:
+            cursor = connection.execute(statement, parameters)
+            row = cursor.fetchone() if fetch else None
+        except POSTGRES_FAILURES as error:
+            if watchdog.disarm(call):
+                raise NoAnswerError("no answer before the timeout") from error
+            if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+                connection.close()  # as in ``connection``
+            raise
+        except BaseException:
+            watchdog.disarm(call)
+            raise
+        watchdog.disarm(call)
+        return row
+
+    def _kept(self) -> tuple[Process, Connection] | None:
+        """Return the connection this thread keeps, if it is of this process's pool and
+        alive (else give it back, closed if dead, and return None)."""
+        held = self._held
+        process, connection = held.process, held.connection
+        if process is None or connection is None:
+            return None
+        if process is self._current and process.pid == os.getpid():
+            if alive(connection):
+                return process, connection
+            connection.close()  # the pool replaces it
+        held.drop()  # the keeper's finalizer gives it back
+        return None
+
+    def _keep(self, process: Process, connection: Connection) -> bool:
+        """Keep ``connection`` for this thread's next calls, if the pool can spare it: at
+        most ``max_size - 1`` are kept, so a thread that keeps none still gets one."""
+        if connection.closed or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if process is not self._current or len(process.kept) >= self.max_size - 1:
+                return False
+            process.kept.append(connection)
+        finally:
+            self._lock.release()
+        self._held.keep(process, connection)
+        return True
 
     def close(self) -> None:
         """Close this process's pool (made anew on next use); a parent's is left to it."""
         with self._lock:
             current, self._current = self._current, None
         if current is not None:
-            _close_pool(current)
+            close_pool(current)
 
-    def _take(self, deadline: float) -> tuple[_Process, Connection]:
+    def _take(self, deadline: float) -> tuple[Process, Connection]:
         """Return a process's pool and a live connection of it, before ``deadline``."""
         for _ in range(self.max_size + 2):
             process = self._process(deadline)  # the pool another thread made anew, if so
             try:
-                connection = process.pool.getconn(_remaining(deadline))
+                connection = process.pool.getconn(remaining(deadline))
             except PoolClosed:
                 continue  # another thread found it dead and closed it meanwhile
             except PoolTimeout:
@@ -174,25 +223,25 @@ class ProcessPool:
                 self._discard(process)
         raise PoolTimeout("no live connection in the pool")
 
-    def _process(self, deadline: float) -> _Process:
+    def _process(self, deadline: float) -> Process:
         current = self._current
         if current is not None and current.pid == os.getpid():
             return current
-        if not self._lock.acquire(timeout=_remaining(deadline)):
+        if not self._lock.acquire(timeout=remaining(deadline)):
             raise PoolTimeout("another thread is still connecting")
         try:
             current = self._current
             if current is not None and current.pid == os.getpid():
                 return current
             current = self._open(deadline)  # an inherited pool is left to its process
-            current.finalizer = weakref.finalize(self, _close_soon, current)
+            current.finalizer = weakref.finalize(self, close_soon, current)
             current.finalizer.atexit = False  # at exit the system closes the sockets
             self._current = current
             return current
         finally:
             self._lock.release()
 
-    def _open(self, deadline: float) -> _Process:
+    def _open(self, deadline: float) -> Process:
         """Connect once, make the database ready on that connection, and start a pool with it."""
         first = psycopg.Connection.connect(self.conninfo, autocommit=True)
         watchdog = Watchdog()
@@ -207,7 +256,7 @@ class ProcessPool:
         handoff = [first]
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.conninfo,
-            connection_class=_handing_over(handoff),
+            connection_class=handing_over(handoff),
             kwargs={"autocommit": True},
             min_size=self.min_size,
             max_size=self.max_size,
@@ -217,13 +266,13 @@ class ProcessPool:
             name=f"token-service {self.location}",
         )
         pool.open(wait=False)
-        return _Process(pool, watchdog, handoff)
+        return Process(pool, watchdog, handoff)
 
-    def _discard(self, process: _Process) -> None:
+    def _discard(self, process: Process) -> None:
         with self._lock:
             if self._current is process:
                 self._current = None
-        _close_soon(process)
+        close_soon(process)
 
 
 #: The pools of this process, one per database and settings (see ``shared_pool``).
@@ -243,46 +292,3 @@ def shared_pool(url: str, **settings: Any) -> ProcessPool:
         if key not in _POOLS:
             _POOLS[key] = ProcessPool(url, **settings)
         return _POOLS[key]
-
-
-def _handing_over(handoff: list[Connection]) -> type[Connection]:
-    """Return a connection class whose first ``connect`` hands over the pool's first
-    connection (made, and prepared, by the caller) instead of making another."""
-
-    class HandedOver(psycopg.Connection[Any]):
-        @classmethod
-        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
-            try:
-                return handoff.pop()
-            except IndexError:
-                return psycopg.Connection.connect(conninfo, **kwargs)
-
-    return HandedOver
-
-
-def _close_pool(process: _Process) -> None:
-    """Close a pool of this process, its connections and its watchdog; never a parent's,
-    whose sockets the parent still uses."""
-    if process.pid != os.getpid():
-        return
-    if process.finalizer is not None:
-        process.finalizer.detach()
-    process.watchdog.stop()
-    process.pool.close()
-    for connection in process.handoff:  # never taken: the pool closed first
-        connection.close()
-
-
-def _close_soon(process: _Process) -> None:
-    """Close a pool in a thread of its own: never in one of its workers, which the
-    collector may be running in, and which cannot wait for itself."""
-    if process.finalizer is not None:
-        process.finalizer.detach()
-    if process.pid == os.getpid():
-        threading.Thread(target=_close_pool, args=(process,), daemon=True).start()
-
-
-def _remaining(deadline: float) -> float:
-    """Return the seconds left before ``deadline``: at least a millisecond, since
-    psycopg_pool refuses a wait of 0 even when a connection is ready."""
-    return max(0.001, deadline - time.monotonic())

@@ -47,6 +47,20 @@ class Watchdog:
     def guard(self, connection: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
         """Run the block; if it outlives ``deadline``, its connection is shut, and it
         raises NoAnswerError."""
+        call = self.arm(connection, deadline)
+        try:
+            yield
+        except FAILURES as error:
+            if self.disarm(call):
+                raise NoAnswerError("no answer before the timeout") from error
+            raise
+        except BaseException:
+            self.disarm(call)
+            raise
+        self.disarm(call)
+
+    def arm(self, connection: psycopg.Connection[Any], deadline: float) -> int:
+        """Watch a call on ``connection`` from now; return its number for ``disarm``."""
         call = next(self._numbers)
         with self._condition:
             self._calls[call] = (deadline, connection.pgconn.socket)
@@ -58,18 +72,17 @@ class Watchdog:
                 self._thread.start()
             elif self._idle:
                 self._condition.notify()
-        try:
-            yield
-        except FAILURES as error:
-            with self._condition:
-                fired = call in self._fired
-            if fired:
-                raise NoAnswerError("no answer before the timeout") from error
-            raise
-        finally:
-            with self._condition:  # before the connection can close: its socket is not reused
-                del self._calls[call]
+        return call
+
+    def disarm(self, call: int) -> bool:
+        """Stop watching ``call``, once (before its connection can close: its socket is
+        not reused); return whether its deadline passed and its socket was shut."""
+        with self._condition:
+            del self._calls[call]
+            if call in self._fired:
                 self._fired.discard(call)
+                return True
+            return False
 
     def stop(self) -> None:
         """End the thread (a call started later starts it again)."""
@@ -89,14 +102,14 @@ class Watchdog:
                         continue
                     if deadline <= now:
                         self._fired.add(call)
-                        _shut(fileno)
+                        shut(fileno)
                     else:
                         waiting.append(deadline)
                 self._idle = not waiting
                 self._condition.wait(min(waiting) - now if waiting else None)
 
 
-def _shut(fileno: int) -> None:
+def shut(fileno: int) -> None:
     """Shut a connection's socket (its own descriptor stays open for psycopg to close)."""
     try:
         with socket.socket(fileno=os.dup(fileno)) as duplicate:

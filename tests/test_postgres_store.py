@@ -183,6 +183,24 @@ def test_every_app_of_a_process_shares_one_pool(postgres_url, tmp_path):
     assert limiter.storage.client is one.client  # the rate limits' counters too
 
 
+def test_threads_keep_connections_but_leave_the_pool_one_and_give_them_back(postgres_url):
+    store = open_store(postgres_url, timeout=5, pool_size=(1, 3))
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    kept = store.client._current.kept
+    assert len(kept) == 1  # this thread's, used again by its next calls
+    barrier = threading.Barrier(4)
+
+    def calls(_: int) -> list[str | None]:
+        barrier.wait(10)
+        return [store.owner_of(token) for _ in range(5)]
+
+    with ThreadPoolExecutor(4) as threads:  # more threads than connections: none waits
+        assert list(threads.map(calls, range(4))) == [["alice"] * 5] * 4
+    wait_until(lambda: len(kept) == 1, 10, "the ended threads' connections given back")
+    store.close()
+
+
 def _child_pool(store, results) -> None:
     store.issue(new_refresh_token(), "child")
     results.put(id(store.client._current))

@@ -39,7 +39,10 @@ DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 4
 #: A live token: neither retired nor expired (``%(now)s``: the whole second).
 LIVE = "retired_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
-OWNER_OF = f"SELECT username FROM refresh_tokens WHERE digest = %(digest)s AND {LIVE}"  # noqa: S608
+OWNER_OF = (  # positional parameters: psycopg reorders named ones on each call
+    "SELECT username FROM refresh_tokens WHERE digest = %s AND retired_at IS NULL"
+    " AND (expires_at IS NULL OR expires_at > %s)"
+)
 TOKENS_OF = (
     "SELECT digest, issued_at FROM refresh_tokens"  # noqa: S608 (constants only)
     f" WHERE username = %(username)s AND {LIVE} ORDER BY issued_at, sequence NULLS FIRST, digest"
@@ -112,10 +115,7 @@ class PostgresTokenStore(RefreshTokenStore):
         )
 
     def owner_of(self, token: str) -> str | None:
-        row = self._fetch_one(
-            OWNER_OF,
-            {"digest": token_digest(token), "now": math.floor(self.clock())},
-        )
+        row = self._fetch_one(OWNER_OF, (token_digest(token), math.floor(self.clock())))
         return None if row is None else str(row[0])
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
@@ -185,18 +185,27 @@ class PostgresTokenStore(RefreshTokenStore):
         )
 
     def ping(self) -> None:
-        self._value("SELECT 1", ())
+        with self._connection() as connection:  # not kept: the start-up check's thread
+            connection.execute("SELECT 1")
 
     def close(self) -> None:
         self.client.close()
 
     def _execute(self, statement: str, parameters: Any) -> None:
-        with self._connection() as connection:
-            connection.execute(statement, parameters)
+        self._fetch_one(statement, parameters, fetch=False)
 
-    def _fetch_one(self, statement: str, parameters: Any) -> tuple[Any, ...] | None:
-        with self._connection() as connection:
-            return connection.execute(statement, parameters).fetchone()
+    def _fetch_one(
+        self, statement: str, parameters: Any, fetch: bool = True
+    ) -> tuple[Any, ...] | None:
+        try:
+            row: tuple[Any, ...] | None = self.client.execute(statement, parameters, fetch)
+        except psycopg.errors.ReadOnlySqlTransaction as error:
+            raise StoreUnavailableError(
+                self.client.message("PostgreSQL store", error, READ_ONLY_MESSAGE)
+            ) from error
+        except POSTGRES_FAILURES as error:
+            raise StoreUnavailableError(self.client.message("PostgreSQL store", error)) from error
+        return row
 
     def _value(self, statement: str, parameters: Any) -> Any:
         row = self._fetch_one(statement, parameters)
