@@ -69,3 +69,16 @@ def test_cookie_token_iat_of_the_wrong_type_is_401(client, signing_key, now, iat
     claims = {"exp": now + 60} if iat is None else {"iat": iat, "exp": now + 60}
     expected = 200 if iat is None else 401
     assert cookie_status(client, signing_key, **claims) == expected
+
+
+@pytest.mark.parametrize("exp", [float("nan"), float("inf"), "9999999999", True, None, [1]])
+def test_an_exp_that_is_no_finite_number_is_401(client, signing_key, now, exp):
+    assert bearer_status(client, signing_key, iat=now - 60, exp=exp) == 401
+    assert cookie_status(client, signing_key, exp=exp) == 401
+
+
+def test_exp_is_read_by_the_services_clock_not_the_systems(client, signing_key, now, monkeypatch):
+    monkeypatch.setattr(tokens, "clock", lambda: float(now + 3600))  # the system's is `now`
+    assert bearer_status(client, signing_key, iat=now - 60, exp=now + 120) == 401
+    monkeypatch.setattr(tokens, "clock", lambda: float(now - 3600))
+    assert bearer_status(client, signing_key, iat=now - 7200, exp=now - 60) == 200
