@@ -3,8 +3,12 @@
 Each backend keeps the same facts about a token (its digest, username, issue time,
 expiry, family, generation, retirement, parent), in its own layout; this reads them
 out of one and writes them into another, so a token refreshes, rotates, and is
-recognised as reused exactly as before. Expired tokens and entries are left behind. A
-digest the target has already is left as it is there, so a copy can be run again.
+recognised as reused exactly as before. Expired tokens and entries are left behind.
+
+The target must be empty, and must not be the source however its URL is spelled: a
+second copy into a target that holds the first one's tokens would keep there what the
+source has revoked, retired or revoked with its family since, so it is refused (as is
+copying a store onto itself). An interrupted copy is run again into the emptied target.
 
 The copy is of one moment of the source: the service should not be writing to it
 meanwhile (docs/stores.md, "Moving tokens").
@@ -14,16 +18,30 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from app.postgres_client import postgres_location
+from app.redis_client import redis_location
 from app.store.base import RefreshTokenStore, StoreUnavailableError
 
 #: Tokens written per transaction (or per pipeline).
 BATCH = 1000
+#: Whether a SQLite or PostgreSQL target has a row in any table a copy writes into.
+HOLDS_ANYTHING = (
+    "SELECT EXISTS (SELECT 1 FROM refresh_tokens) OR EXISTS (SELECT 1 FROM denied_tokens)"
+)
+#: Every Redis key of the token store starts so: a target must have none.
+REDIS_KEYS = "rt:*"
+
+
+class CopyRefusedError(Exception):
+    """The target is the source itself, or holds tokens or deny entries already."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +71,8 @@ class Copied:
 
 
 def copy_tokens(source: RefreshTokenStore, target: RefreshTokenStore) -> Copied:
-    """Copy every unexpired token and deny entry of ``source`` into ``target``; raise
+    """Copy every unexpired token and deny entry of ``source`` into the empty ``target``;
+    raise CopyRefusedError if ``target`` is ``source`` or holds anything, and
     StoreUnavailableError if either cannot be read or written."""
     try:
         return _copy(source, target)
@@ -72,7 +91,20 @@ def _failures() -> tuple[type[BaseException], ...]:
 def _copy(source: RefreshTokenStore, target: RefreshTokenStore) -> Copied:
     now = source.clock()
     source.ping()  # an older SQLite file gains its columns; a database its tables
+    # Before the target is opened: through a hard link to the source's file, SQLite would
+    # look for a write-ahead log named after the link, and not find the source's.
+    if _same_store(source, target):
+        raise CopyRefusedError(
+            f"the target {_place(target)} is the store copied from (TOKEN_STORE_URL):"
+            " give --to another store"
+        )
     target.ping()
+    if _holds_anything(target):
+        raise CopyRefusedError(
+            f"the target {_place(target)} holds refresh tokens or deny entries already,"
+            " and a copy goes into an empty store only: empty it (docs/stores.md,"
+            ' "Moving tokens") and copy again'
+        )
     tokens = live = 0
     unexpired = (t for t in _tokens_of(source) if t.expires_at is None or t.expires_at > now)
     for batch in _batches(unexpired):
@@ -101,6 +133,63 @@ def _kind(store: RefreshTokenStore) -> str:
     if isinstance(store, SQLiteTokenStore):
         return "sqlite"
     return "postgres" if isinstance(store, PostgresTokenStore) else "redis"
+
+
+def _place(store: Any) -> str:
+    """Return where ``store`` is, for a message: never a password."""
+    kind = _kind(store)
+    if kind == "sqlite":
+        return os.path.abspath(str(store.path))
+    return postgres_location(store.url) if kind == "postgres" else redis_location(store.url)
+
+
+def _same_store(source: Any, target: Any) -> bool:
+    """Return whether ``target`` is ``source``, however their URLs are spelled.
+
+    The stores are asked, not their URLs compared: one file by any path (relative,
+    through a symbolic or hard link), one PostgreSQL table by any host name, port or
+    socket, one Redis database by any address (a key written into one is read from
+    the other).
+    """
+    kind = _kind(source)
+    if kind != _kind(target):
+        return False
+    if kind == "sqlite":  # the source's file exists: ping made it
+        return os.path.exists(target.path) and os.path.samefile(source.path, target.path)
+    if kind == "postgres":
+        return _postgres_identity(source) == _postgres_identity(target)
+    source_client, target_client = _redis(source), _redis(target)
+    probe = f"rt:copy-probe:{secrets.token_hex(16)}"
+    target_client.set(probe, "", px=60_000)  # gone by itself should the delete fail
+    try:
+        return bool(source_client.exists(probe))
+    finally:
+        target_client.delete(probe)
+
+
+def _postgres_identity(store: RefreshTokenStore) -> tuple[Any, ...]:
+    """Return what names the table of ``store`` among every server: the server's start
+    (to the microsecond), the database, and the table's oid there (its schema's)."""
+    with _postgres(store) as connection:
+        row = connection.execute(
+            "SELECT pg_postmaster_start_time(), current_database(),"
+            " to_regclass('refresh_tokens')::oid"
+        ).fetchone()
+    return tuple(row)
+
+
+def _holds_anything(store: RefreshTokenStore) -> bool:
+    """Return whether ``store`` holds any token or deny entry, even an expired one."""
+    kind = _kind(store)
+    if kind == "redis":
+        return next(iter(_redis(store).scan_iter(REDIS_KEYS, count=BATCH)), None) is not None
+    if kind == "sqlite":
+        with contextlib.closing(_sqlite_reader(store)) as connection:
+            (found,) = connection.execute(HOLDS_ANYTHING).fetchone()
+    else:
+        with _postgres(store) as connection:
+            (found,) = connection.execute(HOLDS_ANYTHING).fetchone()
+    return bool(found)
 
 
 def _tokens_of(store: RefreshTokenStore) -> Iterator[StoredToken]:
