@@ -1,6 +1,6 @@
 """``flask tokens copy``: every token and deny entry moves from one store to another, and
 behaves there as it did (refreshes, rotates, is caught when reused, expires); only into
-an empty store, and never onto the store itself."""
+an empty store, never onto the store itself, and the count is of what was written."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import Outcome, RefreshTokenPolicy, open_store, token_digest
+from app.store import Outcome, RefreshTokenPolicy, open_store, token_digest, transfer
 from app.store.transfer import CopyRefusedError, copy_tokens
 from app.tokens import new_refresh_token
 from tests.fixtures.stores import SERVER_MARKS
@@ -177,6 +177,37 @@ def test_a_second_copy_is_refused_and_one_into_the_emptied_target_has_the_source
     # the retirement came over: presenting second again is a reuse, and revokes alice's family
     assert target.rotate(second, new_refresh_token(), "alice").outcome is Outcome.REUSED
     assert target.owner_of(third) is None
+    source.close()
+    target.close()
+
+
+@store_pairs([("postgresql", "sqlite"), ("sqlite", "redis"), ("sqlite", "postgresql")])
+def test_the_count_is_of_the_tokens_written(
+    source_backend, target_backend, request, tmp_path, monkeypatch
+):
+    policy = RefreshTokenPolicy(lifetime=3600)
+    source = open_store(url_of(source_backend, request, tmp_path), timeout=5, policy=policy)
+    target = open_store(url_of(target_backend, request, tmp_path), timeout=5, policy=policy)
+    live, other, first, second = (new_refresh_token() for _ in range(4))
+    source.issue(live, "carol")
+    source.issue(other, "carol")
+    source.issue(first, "alice")
+    source.rotate(first, second, "alice")  # first retired, second live
+    read = transfer._tokens_of
+
+    def read_while_another_copy_writes(store):
+        # after the target was found empty, another copy gives it a live and a retired
+        # token of the source's before this one writes them
+        target.issue(live, "carol")
+        target.issue(first, "alice")
+        yield from read(store)
+
+    monkeypatch.setattr(transfer, "_tokens_of", read_while_another_copy_writes)
+
+    copied = copy_tokens(source, target)
+
+    assert (copied.tokens, copied.live) == (2, 2)  # other and second: the two written
+    assert target.count() == 4
     source.close()
     target.close()
 

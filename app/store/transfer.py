@@ -63,7 +63,8 @@ COLUMNS = "digest, username, issued_at, expires_at, family, generation, retired_
 
 @dataclass(frozen=True)
 class Copied:
-    """What ``copy_tokens`` wrote: tokens (of which live ones), and deny entries."""
+    """What ``copy_tokens`` wrote: tokens (of which live ones), and deny entries; a digest
+    found in the target meanwhile is not written, and not counted."""
 
     tokens: int
     live: int
@@ -108,9 +109,9 @@ def _copy(source: RefreshTokenStore, target: RefreshTokenStore) -> Copied:
     tokens = live = 0
     unexpired = (t for t in _tokens_of(source) if t.expires_at is None or t.expires_at > now)
     for batch in _batches(unexpired):
-        _write(target, batch, now)
-        tokens += len(batch)
-        live += sum(token.retired_at is None for token in batch)
+        written, written_live = _write(target, batch, now)
+        tokens += written
+        live += written_live
     denied = 0
     for digest, until in _denied_of(source):
         if until > now:
@@ -234,31 +235,45 @@ def _denied_of(store: RefreshTokenStore) -> Iterator[tuple[str, float]]:
                 yield key.removeprefix("rt:denied:"), float(until)
 
 
-def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> None:
+def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> tuple[int, int]:
+    """Write ``batch`` into ``target`` in one transaction; return how many tokens were
+    written, and how many of those are live (a digest there already is left alone)."""
     kind = _kind(target)
     rows = [
         (t.digest, t.username, t.issued_at, t.expires_at, t.family, t.generation,
          t.retired_at, t.parent)
         for t in batch
     ]  # fmt: skip
+    live_rows: list[tuple[Any, ...]] = []
+    retired_rows: list[tuple[Any, ...]] = []
+    for row, token in zip(rows, batch, strict=True):
+        (live_rows if token.retired_at is None else retired_rows).append(row)
+    # a statement for the live rows, then one for the others: each row count is of those written
     if kind == "sqlite":
         with contextlib.closing(_sqlite_writer(target)) as connection:
             connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(
-                f"INSERT OR IGNORE INTO refresh_tokens ({COLUMNS})"  # noqa: S608
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            written = [
+                connection.executemany(
+                    f"INSERT OR IGNORE INTO refresh_tokens ({COLUMNS})"  # noqa: S608
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    group,
+                ).rowcount
+                for group in (live_rows, retired_rows)
+            ]
             connection.execute("COMMIT")
     elif kind == "postgres":
         with _postgres(target) as connection, connection.transaction():
-            connection.cursor().executemany(
-                f"INSERT INTO refresh_tokens ({COLUMNS})"  # noqa: S608
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
-                rows,
-            )
+            cursor, written = connection.cursor(), []
+            for group in (live_rows, retired_rows):
+                cursor.executemany(
+                    f"INSERT INTO refresh_tokens ({COLUMNS})"  # noqa: S608
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
+                    group,
+                )
+                written.append(max(cursor.rowcount, 0))  # -1 after no row at all
     else:
-        _write_redis(_redis(target), batch, now)
+        return _write_redis(_redis(target), batch, now)
+    return sum(written), written[0]
 
 
 def _sqlite_reader(store: Any) -> sqlite3.Connection:
@@ -304,15 +319,19 @@ def _from_redis(digest: str, fields: dict[str, str]) -> StoredToken:
     )  # fmt: skip
 
 
-def _write_redis(client: Any, batch: list[StoredToken], now: float) -> None:
-    """Write tokens as app/store/redis.py lays them out, each with its index entries."""
+def _write_redis(client: Any, batch: list[StoredToken], now: float) -> tuple[int, int]:
+    """Write tokens as app/store/redis.py lays them out, each with its index entries;
+    return how many were written, and how many of those are live."""
     known = client.pipeline(transaction=False)
     for token in batch:
         known.exists(f"rt:token:{token.digest}")
     writes = client.pipeline(transaction=True)
+    tokens = live = 0
     for token, exists in zip(batch, known.execute(), strict=True):
         if exists:
             continue
+        tokens += 1
+        live += token.retired_at is None
         key = f"rt:token:{token.digest}"
         fields = {
             name: value
@@ -334,3 +353,4 @@ def _write_redis(client: Any, batch: list[StoredToken], now: float) -> None:
             if token.family is not None:
                 writes.pexpire(f"rt:family:{token.family}", ttl)
     writes.execute()
+    return tokens, live
