@@ -317,3 +317,42 @@ def test_a_postgresql_store_is_never_copied_onto_itself(session_postgres, postgr
     assert other.count() == 1
     other.close()
     source.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.store("sqlite")
+def test_flask_tokens_copy_refuses_a_second_run_and_the_services_own_store(
+    make_app, postgres_url, monkeypatch
+):
+    from tests.postgres_server import PASSWORD
+
+    app = make_app()  # the SQLite default
+    app.test_client().post("/login", json={"username": "alice"})
+    cli = app.test_cli_runner()
+    assert cli.invoke(args=["tokens", "copy", "--to", postgres_url]).exit_code == 0
+
+    again = cli.invoke(args=["tokens", "copy", "--to", postgres_url])
+
+    assert again.exit_code == 1
+    assert again.stdout == ""
+    place = postgres_url.rsplit("@", 1)[1]  # 127.0.0.1:<port>/tokens
+    assert again.stderr == (
+        f"Error: the target {place} holds refresh tokens or deny entries already, and a copy"
+        ' goes into an empty store only: empty it (docs/stores.md, "Moving tokens") and copy'
+        " again\n"
+    )
+    assert PASSWORD not in again.output
+    assert "s3cret" not in again.output
+    path = app.extensions["token_store"].path  # the service's own file, spelled relatively
+    monkeypatch.chdir(os.path.dirname(path))
+    itself = f"sqlite:///./{os.path.basename(path)}"
+
+    onto_itself = cli.invoke(args=["tokens", "copy", "--to", itself])
+
+    assert onto_itself.exit_code == 1
+    assert onto_itself.stderr == (
+        f"Error: the target {path} is the store copied from (TOKEN_STORE_URL): give --to"
+        " another store\n"
+    )
+    with app.app_context():
+        assert app.extensions["token_store"].count() == 1
