@@ -16,7 +16,7 @@ from app.config import ConfigError
 from app.config.parsers import store_url
 from app.settings import current_settings
 from app.store import StoreUnavailableError, get_store, open_store, shown_digest
-from app.store.transfer import copy_tokens
+from app.store.transfer import CopyRefusedError, copy_tokens
 from app.tokens import REFRESH_TOKEN_LENGTH
 
 #: Fewer hex digits than this could name a token the operator did not mean.
@@ -126,10 +126,11 @@ def revoke_token_command() -> None:
     help="The store to copy into: a TOKEN_STORE_URL (sqlite:///..., redis://..., postgresql://...).",
 )
 def copy_command(target_url: str) -> None:
-    """Copy every refresh token and deny entry of this store into the store at URL.
+    """Copy every refresh token and deny entry of this store into the empty store at URL.
 
     Stop the service first: a token issued or revoked during the copy may be missed.
-    Tokens the target holds already are left as they are, so it can be run again.
+    A target that holds any token or deny entry is refused, as is this store itself:
+    to run an interrupted copy again, empty the target first (docs/stores.md).
     """
     try:
         url = store_url("--to", target_url)
@@ -140,6 +141,8 @@ def copy_command(target_url: str) -> None:
     try:
         with store_errors():
             copied = copy_tokens(get_store(), target)
+    except CopyRefusedError as error:
+        raise click.ClickException(str(error)) from None
     finally:
         target.close()
     click.echo(

@@ -3,8 +3,12 @@
 Each backend keeps the same facts about a token (its digest, username, issue time,
 expiry, family, generation, retirement, parent), in its own layout; this reads them
 out of one and writes them into another, so a token refreshes, rotates, and is
-recognised as reused exactly as before. Expired tokens and entries are left behind. A
-digest the target has already is left as it is there, so a copy can be run again.
+recognised as reused exactly as before. Expired tokens and entries are left behind.
+
+The target must be empty, and must not be the source however its URL is spelled: a
+second copy into a target that holds the first one's tokens would keep there what the
+source has revoked, retired or revoked with its family since, so it is refused (as is
+copying a store onto itself). An interrupted copy is run again into the emptied target.
 
 The copy is of one moment of the source: the service should not be writing to it
 meanwhile (docs/stores.md, "Moving tokens").
@@ -14,16 +18,30 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from app.postgres_client import postgres_location
+from app.redis_client import redis_location
 from app.store.base import RefreshTokenStore, StoreUnavailableError
 
 #: Tokens written per transaction (or per pipeline).
 BATCH = 1000
+#: Whether a SQLite or PostgreSQL target has a row in any table a copy writes into.
+HOLDS_ANYTHING = (
+    "SELECT EXISTS (SELECT 1 FROM refresh_tokens) OR EXISTS (SELECT 1 FROM denied_tokens)"
+)
+#: Every Redis key of the token store starts so: a target must have none.
+REDIS_KEYS = "rt:*"
+
+
+class CopyRefusedError(Exception):
+    """The target is the source itself, or holds tokens or deny entries already."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +63,8 @@ COLUMNS = "digest, username, issued_at, expires_at, family, generation, retired_
 
 @dataclass(frozen=True)
 class Copied:
-    """What ``copy_tokens`` wrote: tokens (of which live ones), and deny entries."""
+    """What ``copy_tokens`` wrote: tokens (of which live ones), and deny entries; a digest
+    found in the target meanwhile is not written, and not counted."""
 
     tokens: int
     live: int
@@ -53,7 +72,8 @@ class Copied:
 
 
 def copy_tokens(source: RefreshTokenStore, target: RefreshTokenStore) -> Copied:
-    """Copy every unexpired token and deny entry of ``source`` into ``target``; raise
+    """Copy every unexpired token and deny entry of ``source`` into the empty ``target``;
+    raise CopyRefusedError if ``target`` is ``source`` or holds anything, and
     StoreUnavailableError if either cannot be read or written."""
     try:
         return _copy(source, target)
@@ -72,13 +92,26 @@ def _failures() -> tuple[type[BaseException], ...]:
 def _copy(source: RefreshTokenStore, target: RefreshTokenStore) -> Copied:
     now = source.clock()
     source.ping()  # an older SQLite file gains its columns; a database its tables
+    # Before the target is opened: through a hard link to the source's file, SQLite would
+    # look for a write-ahead log named after the link, and not find the source's.
+    if _same_store(source, target):
+        raise CopyRefusedError(
+            f"the target {_place(target)} is the store copied from (TOKEN_STORE_URL):"
+            " give --to another store"
+        )
     target.ping()
+    if _holds_anything(target):
+        raise CopyRefusedError(
+            f"the target {_place(target)} holds refresh tokens or deny entries already,"
+            " and a copy goes into an empty store only: empty it (docs/stores.md,"
+            ' "Moving tokens") and copy again'
+        )
     tokens = live = 0
     unexpired = (t for t in _tokens_of(source) if t.expires_at is None or t.expires_at > now)
     for batch in _batches(unexpired):
-        _write(target, batch, now)
-        tokens += len(batch)
-        live += sum(token.retired_at is None for token in batch)
+        written, written_live = _write(target, batch, now)
+        tokens += written
+        live += written_live
     denied = 0
     for digest, until in _denied_of(source):
         if until > now:
@@ -101,6 +134,63 @@ def _kind(store: RefreshTokenStore) -> str:
     if isinstance(store, SQLiteTokenStore):
         return "sqlite"
     return "postgres" if isinstance(store, PostgresTokenStore) else "redis"
+
+
+def _place(store: Any) -> str:
+    """Return where ``store`` is, for a message: never a password."""
+    kind = _kind(store)
+    if kind == "sqlite":
+        return os.path.abspath(str(store.path))
+    return postgres_location(store.url) if kind == "postgres" else redis_location(store.url)
+
+
+def _same_store(source: Any, target: Any) -> bool:
+    """Return whether ``target`` is ``source``, however their URLs are spelled.
+
+    The stores are asked, not their URLs compared: one file by any path (relative,
+    through a symbolic or hard link), one PostgreSQL table by any host name, port or
+    socket, one Redis database by any address (a key written into one is read from
+    the other).
+    """
+    kind = _kind(source)
+    if kind != _kind(target):
+        return False
+    if kind == "sqlite":  # the source's file exists: ping made it
+        return os.path.exists(target.path) and os.path.samefile(source.path, target.path)
+    if kind == "postgres":
+        return _postgres_identity(source) == _postgres_identity(target)
+    source_client, target_client = _redis(source), _redis(target)
+    probe = f"rt:copy-probe:{secrets.token_hex(16)}"
+    target_client.set(probe, "", px=60_000)  # gone by itself should the delete fail
+    try:
+        return bool(source_client.exists(probe))
+    finally:
+        target_client.delete(probe)
+
+
+def _postgres_identity(store: RefreshTokenStore) -> tuple[Any, ...]:
+    """Return what names the table of ``store`` among every server: the server's start
+    (to the microsecond), the database, and the table's oid there (its schema's)."""
+    with _postgres(store) as connection:
+        row = connection.execute(
+            "SELECT pg_postmaster_start_time(), current_database(),"
+            " to_regclass('refresh_tokens')::oid"
+        ).fetchone()
+    return tuple(row)
+
+
+def _holds_anything(store: RefreshTokenStore) -> bool:
+    """Return whether ``store`` holds any token or deny entry, even an expired one."""
+    kind = _kind(store)
+    if kind == "redis":
+        return next(iter(_redis(store).scan_iter(REDIS_KEYS, count=BATCH)), None) is not None
+    if kind == "sqlite":
+        with contextlib.closing(_sqlite_reader(store)) as connection:
+            (found,) = connection.execute(HOLDS_ANYTHING).fetchone()
+    else:
+        with _postgres(store) as connection:
+            (found,) = connection.execute(HOLDS_ANYTHING).fetchone()
+    return bool(found)
 
 
 def _tokens_of(store: RefreshTokenStore) -> Iterator[StoredToken]:
@@ -145,31 +235,45 @@ def _denied_of(store: RefreshTokenStore) -> Iterator[tuple[str, float]]:
                 yield key.removeprefix("rt:denied:"), float(until)
 
 
-def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> None:
+def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> tuple[int, int]:
+    """Write ``batch`` into ``target`` in one transaction; return how many tokens were
+    written, and how many of those are live (a digest there already is left alone)."""
     kind = _kind(target)
     rows = [
         (t.digest, t.username, t.issued_at, t.expires_at, t.family, t.generation,
          t.retired_at, t.parent)
         for t in batch
     ]  # fmt: skip
+    live_rows: list[tuple[Any, ...]] = []
+    retired_rows: list[tuple[Any, ...]] = []
+    for row, token in zip(rows, batch, strict=True):
+        (live_rows if token.retired_at is None else retired_rows).append(row)
+    # a statement for the live rows, then one for the others: each row count is of those written
     if kind == "sqlite":
         with contextlib.closing(_sqlite_writer(target)) as connection:
             connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(
-                f"INSERT OR IGNORE INTO refresh_tokens ({COLUMNS})"  # noqa: S608
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            written = [
+                connection.executemany(
+                    f"INSERT OR IGNORE INTO refresh_tokens ({COLUMNS})"  # noqa: S608
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    group,
+                ).rowcount
+                for group in (live_rows, retired_rows)
+            ]
             connection.execute("COMMIT")
     elif kind == "postgres":
         with _postgres(target) as connection, connection.transaction():
-            connection.cursor().executemany(
-                f"INSERT INTO refresh_tokens ({COLUMNS})"  # noqa: S608
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
-                rows,
-            )
+            cursor, written = connection.cursor(), []
+            for group in (live_rows, retired_rows):
+                cursor.executemany(
+                    f"INSERT INTO refresh_tokens ({COLUMNS})"  # noqa: S608
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
+                    group,
+                )
+                written.append(max(cursor.rowcount, 0))  # -1 after no row at all
     else:
-        _write_redis(_redis(target), batch, now)
+        return _write_redis(_redis(target), batch, now)
+    return sum(written), written[0]
 
 
 def _sqlite_reader(store: Any) -> sqlite3.Connection:
@@ -215,15 +319,19 @@ def _from_redis(digest: str, fields: dict[str, str]) -> StoredToken:
     )  # fmt: skip
 
 
-def _write_redis(client: Any, batch: list[StoredToken], now: float) -> None:
-    """Write tokens as app/store/redis.py lays them out, each with its index entries."""
+def _write_redis(client: Any, batch: list[StoredToken], now: float) -> tuple[int, int]:
+    """Write tokens as app/store/redis.py lays them out, each with its index entries;
+    return how many were written, and how many of those are live."""
     known = client.pipeline(transaction=False)
     for token in batch:
         known.exists(f"rt:token:{token.digest}")
     writes = client.pipeline(transaction=True)
+    tokens = live = 0
     for token, exists in zip(batch, known.execute(), strict=True):
         if exists:
             continue
+        tokens += 1
+        live += token.retired_at is None
         key = f"rt:token:{token.digest}"
         fields = {
             name: value
@@ -245,3 +353,4 @@ def _write_redis(client: Any, batch: list[StoredToken], now: float) -> None:
             if token.family is not None:
                 writes.pexpire(f"rt:family:{token.family}", ttl)
     writes.execute()
+    return tokens, live
