@@ -20,6 +20,8 @@ from urllib.parse import unquote
 import jwt
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.keys import load_key_ring
 from app.tokens import issue_cookie_token
@@ -347,6 +349,124 @@ def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
     assert headers_of(received, "Remote-Groups") == ["user"]
     path = "/spoofed-no-token"  # and without a token they open nothing
     assert_refused(gateway, path, get(gateway.url + path, FORGED), SERVICE_401)
+
+
+#: Spellings of /admin/panel that nginx once matched outside /admin/ and that upstreams
+#: route to their admin pages: Express reads paths case-insensitively, Tomcat and Spring
+#: drop `;` parameters, some read `\` as `/`, decode twice, or resolve dot segments
+#: without merging slashes first.
+ADMIN_SPELLINGS = [
+    "/ADMIN/panel",
+    "/Admin/panel",
+    "/aDmIn/panel",
+    "/admin",
+    "/ADMIN",
+    "/admin.json",
+    "/%41DMIN/panel",
+    "/%61dmin/panel",
+    "/admin;/panel",
+    "/admin;jsessionid=1/panel",
+    "/;/admin/panel",
+    "/x/..;/admin/panel",
+    "/x/../admin/panel",
+    "/./admin/panel",
+    "/admin/./panel",
+    "/admin/panel/.",
+    "/x/..",
+    "/admin//../panel",
+    "/x/%2e%2e/admin/panel",
+    "/x/%2E./admin/panel",
+    "/x/.%2e/admin/panel",
+    "/%2e/admin/panel",
+    "//admin/panel",
+    "///ADMIN//panel",
+    "/admin%2Fpanel",
+    "/x%2F..%2Fadmin/panel",
+    "/x%2f..%2fadmin/panel",
+    "/x/..%5Cadmin/panel",
+    "/x/..%5cadmin/panel",
+    "/x\\..\\admin\\panel",
+    "/x/..\\admin/panel",
+    "/x/%252e%252e/admin/panel",
+    "/x%252F..%252Fadmin/panel",
+    "/x#/../admin/panel",
+    "/x/%00/../admin/panel",
+    "/x/%0a/../admin/panel",
+]
+
+
+def assert_never_reached(gateway: Gateway, path: str, headers: dict[str, str]) -> None:
+    """Send ``path`` as written: a refusal, and nothing reached the upstream."""
+    before = len(gateway.echo.seen)
+    status, answer, body = get(gateway.url + path, headers)
+    assert status in (400, 403, 404), (path, status, body)
+    assert len(gateway.echo.seen) == before, path
+    if status == 400 and answer["Content-Type"] == "application/json":
+        assert json.loads(body) == {"message": "ambiguous path"}
+        assert answer["X-Content-Type-Options"] == "nosniff"
+
+
+def test_no_spelling_of_the_admin_location_lets_a_user_through(gateway):
+    user = bearer(gateway.mint(gateway.secret, exp=int(time.time()) + 600))
+    for path in ADMIN_SPELLINGS:
+        assert_never_reached(gateway, path, user)
+    status, answer, body = get(gateway.url + "/admin;/panel", user)
+    assert (status, answer["Content-Type"]) == (400, "application/json")
+    assert json.loads(body) == {"message": "ambiguous path"}
+    assert answer["X-Content-Type-Options"] == "nosniff"
+
+
+def test_admins_reach_the_admin_location_in_any_case_but_never_by_an_ambiguous_path(gateway):
+    admin = bearer(gateway.login("admin"))
+    for path in ["/ADMIN/panel", "/Admin", "/admin.json", "/%61dmin/panel?q=/../;%2e"]:
+        received = passed(gateway, path, admin)
+        assert headers_of(received, "X-Auth-Request-Groups") == ["admin"], path
+    for path in ["/admin;/panel", "/x/../admin/panel", "/admin%2Fpanel", "/x/..%5Cadmin"]:
+        assert_never_reached(gateway, path, admin)  # refused for everyone, before the check
+
+
+def test_ordinary_paths_still_pass_for_users(gateway):
+    user = bearer(gateway.login("ivan"))
+    for path in [
+        "/reports/2024.csv",
+        "/.well-known/thing",
+        "/a..b/c.",
+        "/files/%C3%A9t%C3%A9%20x",
+        "/search?q=/../admin;x%2e%2F",
+        "/padmin/x",
+    ]:
+        assert headers_of(passed(gateway, path, user), "X-Auth-Request-Groups") == ["user"]
+
+
+#: How an upstream may read each piece of /admin/panel: the separators, a detour that
+#: resolves to nothing, each letter of "admin", and `;` parameters.
+SEPARATORS = st.sampled_from(["/", "//", "%2F", "%2f", "\\", "%5C", "%5c"])
+DETOURS = st.sampled_from(["", "./", "x/../", "x/..;/", "x/%2e%2e/", "x/.%2E/", "%2e/", ";/"])
+PARAMETERS = st.sampled_from(["", ";", ";jsessionid=1", ";x=%2F"])
+
+
+@st.composite
+def admin_spellings(draw) -> str:
+    letters = []
+    for letter in "admin":
+        how = draw(st.sampled_from(["lower", "upper", "hex", "HEX", "twice"]))
+        if how in ("lower", "upper"):
+            letters.append(letter.upper() if how == "upper" else letter)
+        else:
+            code = f"{ord(draw(st.sampled_from([letter, letter.upper()]))):02x}"
+            hex_code = code.upper() if how == "HEX" else code
+            letters.append(f"%25{hex_code}" if how == "twice" else f"%{hex_code}")
+    separator = draw(SEPARATORS)
+    detour = draw(DETOURS).replace("/", separator)
+    lead = draw(st.sampled_from(["/", "//"]))
+    return f"{lead}{detour}{''.join(letters)}{draw(PARAMETERS)}{draw(SEPARATORS)}panel"
+
+
+@settings(max_examples=200, deadline=None)
+@given(path=admin_spellings())
+def test_a_user_never_reaches_the_upstream_by_any_spelling_of_admin(gateway, path):
+    user = bearer(gateway.mint(gateway.secret, exp=int(time.time()) + 600))
+    assert_never_reached(gateway, path, user)
 
 
 def test_an_expired_token_is_401(gateway):
