@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import secrets
 import subprocess
 import threading
@@ -70,7 +71,16 @@ FORGED = {
     "X-Forwarded-User": "mallory",
     "X-Forwarded-Groups": "admin",
     "X_Auth_Request_User": "mallory",  # an underscore: nginx drops such names
+    "X-Remote-User": "mallory",  # names upstreams commonly trust, which the check never sets
+    "x-user": "mallory",
+    "X-AUTH-USER": "mallory",
+    "X-Email": "mallory@example.com",
+    "X-WEBAUTH-USER": "mallory",
+    "X-Auth-Request-Role": "admin",
 }
+IDENTITY = DEPLOY / "gateway-identity.conf"
+#: The names gateway-identity.conf clears: never passed on, whoever sends them.
+CLEARED = re.findall(r'^proxy_set_header (\S+) "";$', IDENTITY.read_text(), re.M)
 SERVICE_401 = (401, "text/plain", b"Unauthorized")
 SERVICE_403 = (403, "application/json", b'{"message":"No access"}\n')
 
@@ -89,10 +99,12 @@ class Echo:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
                 received = {
                     "method": self.command,
                     "path": self.path,
                     "headers": [[name, value] for name, value in self.headers.items()],
+                    "body": self.rfile.read(length).decode("latin-1"),
                 }
                 echo.seen.append(received)
                 body = json.dumps(received).encode()
@@ -157,7 +169,26 @@ def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
     text = text.replace(SNIPPETS, f"{DEPLOY}/")
     assert text.count(VERDICTS) == 1
     text = text.replace(VERDICTS, str(prefix / "verdicts"))
-    return text[: text.rindex("}")] + MISTAKES + "}\n"
+    return text[: text.rindex("}")] + MISTAKES + listed_headers_location() + "}\n"
+
+
+def listed_headers_location() -> str:
+    """Return docs/gateway.md's location that passes only the headers it lists, at /listed/."""
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    name = "gateway-listed-headers"
+    match = re.search(
+        rf"<!-- {name}:start -->\n```nginx\n(.*?)```\n<!-- {name}:end -->", page, re.S
+    )
+    assert match, f"no {name} block"
+    text = match.group(1)
+    for old, new in [
+        ("location /reports/", "location /listed/"),
+        (SNIPPETS, f"{DEPLOY}/"),
+        ("http://reports;", "http://protected_app;"),
+    ]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
 
 
 def start_nginx(prefix: Path, service_port: int, upstream_port: int, http: str = "") -> Nginx:
@@ -265,12 +296,14 @@ def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
         service.stop()
 
 
-def get(url: str, headers: dict[str, str] | None = None, method: str = "GET"):
+def get(
+    url: str, headers: dict[str, str] | None = None, method: str = "GET", body: bytes | None = None
+):
     """Send one request as written (header names kept); return status, headers, body."""
     parts = url.split("/", 3)
     connection = http.client.HTTPConnection(parts[2], timeout=10)
     try:
-        connection.request(method, "/" + parts[3], headers=headers or {})
+        connection.request(method, "/" + parts[3], body=body, headers=headers or {})
         response = connection.getresponse()
         return response.status, response.headers, response.read()
     finally:
@@ -467,6 +500,53 @@ def admin_spellings(draw) -> str:
 def test_a_user_never_reaches_the_upstream_by_any_spelling_of_admin(gateway, path):
     user = bearer(gateway.mint(gateway.secret, exp=int(time.time()) + 600))
     assert_never_reached(gateway, path, user)
+
+
+def spellings(name: str) -> list[str]:
+    """Return ``name`` as written, in capitals, in lower case, and with its case swapped."""
+    return [name, name.upper(), name.lower(), name.swapcase()]
+
+
+def test_every_cleared_identity_header_is_dropped_in_any_case_and_documented(gateway):
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    assert len(CLEARED) > 40
+    for name in CLEARED:
+        assert f"`{name}`" in page, name  # the documented list is the config's
+    token = bearer(gateway.login("judy"))
+    for index in range(4):
+        forged = {spellings(name)[index]: f"mallory-{name}" for name in CLEARED}
+        received = passed(gateway, f"/cleared-{index}", {**forged, **token})
+        assert "mallory" not in json.dumps(received)
+        for name in CLEARED:
+            assert headers_of(received, name) == [], name
+
+
+def test_the_upstream_gets_no_token_of_the_client(gateway):
+    for path, username in [("/no-token-passed", "kate"), ("/admin/no-token-passed", "admin")]:
+        headers = {**bearer(gateway.login(username)), "Cookie": "theme=dark"}
+        received = passed(gateway, path, headers)
+        assert headers_of(received, "Authorization") == [], path
+        assert headers_of(received, "Cookie") == ["theme=dark"], path  # other headers pass
+
+
+def test_a_header_not_listed_passes_unless_the_location_lists_what_it_passes(gateway):
+    headers = {
+        **bearer(gateway.login("leo")),
+        "X-Auth-Request-Anything-Else": "mallory",
+        "Accept": "application/json",
+    }
+    received = passed(gateway, "/unlisted", headers)
+    assert headers_of(received, "X-Auth-Request-Anything-Else") == ["mallory"]  # documented
+    received = passed(gateway, "/listed/x", headers)
+    assert "mallory" not in json.dumps(received)
+    assert headers_of(received, "Authorization") == []
+    assert headers_of(received, "Accept") == ["application/json"]
+    assert headers_of(received, "X-Auth-Request-User") == ["leo"]
+    form = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
+    status, _, body = get(f"{gateway.url}/listed/post", form, method="POST", body=b"a=1&b=2")
+    received = json.loads(body)
+    assert (status, received["method"], received["body"]) == (200, "POST", "a=1&b=2")
+    assert headers_of(received, "Content-Type") == ["application/x-www-form-urlencoded"]
 
 
 def test_an_expired_token_is_401(gateway):
