@@ -77,7 +77,11 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
     require_tool(nginx is not None, "nginx", "apt-get install nginx")
     started: list[subprocess.Popen] = []
 
-    def start(backend: Gunicorn | None = None, metrics_network: str | None = None) -> Proxy:
+    def start(
+        backend: Gunicorn | None = None,
+        metrics_network: str | None = None,
+        with_gateway: bool = False,
+    ) -> Proxy:
         if backend is None:
             # The app's own rate limit counts each client behind nginx too (its tests are
             # below); off here, so that nginx's limit is the one these tests measure.
@@ -87,6 +91,16 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
         prefix.mkdir()
         access_log = prefix / "access.log"
         site = site_config(port, backend.port, access_log, metrics_network)
+        if with_gateway:  # the gateway's check in the service's own server, as for cookies
+            include = (
+                f"server_name _;\n    include {SITE.parent}/gateway-check.conf;\n"
+                "    location /protected/ {\n        auth_request /_token_service/check;\n"
+                f"        include {SITE.parent}/gateway-identity.conf;\n"
+                "        proxy_pass http://token_service;\n    }"
+            )
+            site = site.replace("server_name _;", include, 1)
+            zone = f"proxy_cache_path {prefix}/verdicts keys_zone=token_service_verdicts:1m;"
+            site = f"{zone}\n{site}"
         (prefix / "site.conf").write_text(site)
         temp_paths = "\n".join(
             f"{kind}_temp_path {prefix}/{kind};"
@@ -279,6 +293,22 @@ def test_gunicorn_down_is_a_json_503(proxy):
     assert response.headers["Retry-After"] == "1"
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.json() == {"message": "service unavailable, try again shortly"}
+
+
+def test_the_access_log_redacts_a_token_in_a_path_the_gateway_refuses(start_proxy):
+    proxy = start_proxy(with_gateway=True)
+    login = requests.post(f"{proxy.url}/login", json={"username": "g"}, timeout=10)
+    token = login.json()["refreshToken"]
+    for path in ["/token/{};x", "/token/{}/../x", "/token%2F{}", "/x/../token/{}"]:
+        status, _, body = request_from("127.0.0.1", proxy.port, "DELETE", path.format(token))
+        assert (status, json.loads(body)) == (400, {"message": "ambiguous path"}), path
+    assert request_from("127.0.0.1", proxy.port, "DELETE", f"/token/{token}")[0] == 204
+    request_from("127.0.0.1", proxy.port, "GET", "/healthz")
+    wait_until(lambda: "/healthz" in proxy.access_log.read_text(), 5, "nginx access log")
+    log = proxy.access_log.read_text()
+    assert token not in log
+    assert log.count('"DELETE <unparsed> HTTP/1.1" 400') == 4
+    assert '"DELETE /token/<redacted> HTTP/1.1" 204' in log
 
 
 # --- rate limit of /login and /token ------------------------------------------------
