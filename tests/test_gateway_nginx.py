@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import subprocess
 import threading
 import time
@@ -519,6 +520,39 @@ def test_every_cleared_identity_header_is_dropped_in_any_case_and_documented(gat
         assert "mallory" not in json.dumps(received)
         for name in CLEARED:
             assert headers_of(received, name) == [], name
+
+
+def raw_request(gateway: Gateway, head: bytes) -> tuple[int, bytes]:
+    """Send a request head exactly as written; return the status and the body."""
+    port = int(gateway.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(head)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_identity_header_names_nginx_would_not_parse_never_reach_the_upstream(gateway):
+    token = gateway.login("mike").encode()
+    for name in [
+        b"X-Auth-Request-User ",
+        b"X-Auth-Request-User\t",
+        b" X-Auth-Request-User",
+        b"X_AUTH_REQUEST_GROUPS",
+        b"X-Auth-Request-User\x00",
+        b"X-Auth-Request-Us\xe9r",
+    ]:
+        head = (
+            b"GET /raw-header HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n"
+            b"Authorization: Bearer " + token + b"\r\n" + name + b": mallory\r\n\r\n"
+        )
+        status, body = raw_request(gateway, head)
+        assert status in (200, 400), name
+        assert b"mallory" not in body, name
+        if status == 200:
+            assert headers_of(json.loads(body), "X-Auth-Request-User") == ["mike"], name
 
 
 def test_the_upstream_gets_no_token_of_the_client(gateway):
