@@ -6,7 +6,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import secrets
+import socket
 import subprocess
 import threading
 import time
@@ -20,6 +22,8 @@ from urllib.parse import unquote
 import jwt
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.keys import load_key_ring
 from app.tokens import issue_cookie_token
@@ -68,7 +72,16 @@ FORGED = {
     "X-Forwarded-User": "mallory",
     "X-Forwarded-Groups": "admin",
     "X_Auth_Request_User": "mallory",  # an underscore: nginx drops such names
+    "X-Remote-User": "mallory",  # names upstreams commonly trust, which the check never sets
+    "x-user": "mallory",
+    "X-AUTH-USER": "mallory",
+    "X-Email": "mallory@example.com",
+    "X-WEBAUTH-USER": "mallory",
+    "X-Auth-Request-Role": "admin",
 }
+IDENTITY = DEPLOY / "gateway-identity.conf"
+#: The names gateway-identity.conf clears: never passed on, whoever sends them.
+CLEARED = re.findall(r'^proxy_set_header (\S+) "";$', IDENTITY.read_text(), re.M)
 SERVICE_401 = (401, "text/plain", b"Unauthorized")
 SERVICE_403 = (403, "application/json", b'{"message":"No access"}\n')
 
@@ -87,10 +100,12 @@ class Echo:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
                 received = {
                     "method": self.command,
                     "path": self.path,
                     "headers": [[name, value] for name, value in self.headers.items()],
+                    "body": self.rfile.read(length).decode("latin-1"),
                 }
                 echo.seen.append(received)
                 body = json.dumps(received).encode()
@@ -155,7 +170,26 @@ def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
     text = text.replace(SNIPPETS, f"{DEPLOY}/")
     assert text.count(VERDICTS) == 1
     text = text.replace(VERDICTS, str(prefix / "verdicts"))
-    return text[: text.rindex("}")] + MISTAKES + "}\n"
+    return text[: text.rindex("}")] + MISTAKES + listed_headers_location() + "}\n"
+
+
+def listed_headers_location() -> str:
+    """Return docs/gateway.md's location that passes only the headers it lists, at /listed/."""
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    name = "gateway-listed-headers"
+    match = re.search(
+        rf"<!-- {name}:start -->\n```nginx\n(.*?)```\n<!-- {name}:end -->", page, re.S
+    )
+    assert match, f"no {name} block"
+    text = match.group(1)
+    for old, new in [
+        ("location /reports/", "location /listed/"),
+        (SNIPPETS, f"{DEPLOY}/"),
+        ("http://reports;", "http://protected_app;"),
+    ]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
 
 
 def start_nginx(prefix: Path, service_port: int, upstream_port: int, http: str = "") -> Nginx:
@@ -263,12 +297,14 @@ def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
         service.stop()
 
 
-def get(url: str, headers: dict[str, str] | None = None, method: str = "GET"):
+def get(
+    url: str, headers: dict[str, str] | None = None, method: str = "GET", body: bytes | None = None
+):
     """Send one request as written (header names kept); return status, headers, body."""
     parts = url.split("/", 3)
     connection = http.client.HTTPConnection(parts[2], timeout=10)
     try:
-        connection.request(method, "/" + parts[3], headers=headers or {})
+        connection.request(method, "/" + parts[3], body=body, headers=headers or {})
         response = connection.getresponse()
         return response.status, response.headers, response.read()
     finally:
@@ -347,6 +383,204 @@ def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
     assert headers_of(received, "Remote-Groups") == ["user"]
     path = "/spoofed-no-token"  # and without a token they open nothing
     assert_refused(gateway, path, get(gateway.url + path, FORGED), SERVICE_401)
+
+
+#: Spellings of /admin/panel that nginx once matched outside /admin/ and that upstreams
+#: route to their admin pages: Express reads paths case-insensitively, Tomcat and Spring
+#: drop `;` parameters, some read `\` as `/`, decode twice, or resolve dot segments
+#: without merging slashes first.
+ADMIN_SPELLINGS = [
+    "/ADMIN/panel",
+    "/Admin/panel",
+    "/aDmIn/panel",
+    "/admin",
+    "/ADMIN",
+    "/admin.json",
+    "/%41DMIN/panel",
+    "/%61dmin/panel",
+    "/admin;/panel",
+    "/admin;jsessionid=1/panel",
+    "/;/admin/panel",
+    "/x/..;/admin/panel",
+    "/x/../admin/panel",
+    "/./admin/panel",
+    "/admin/./panel",
+    "/admin/panel/.",
+    "/x/..",
+    "/admin//../panel",
+    "/x/%2e%2e/admin/panel",
+    "/x/%2E./admin/panel",
+    "/x/.%2e/admin/panel",
+    "/%2e/admin/panel",
+    "//admin/panel",
+    "///ADMIN//panel",
+    "/admin%2Fpanel",
+    "/x%2F..%2Fadmin/panel",
+    "/x%2f..%2fadmin/panel",
+    "/x/..%5Cadmin/panel",
+    "/x/..%5cadmin/panel",
+    "/x\\..\\admin\\panel",
+    "/x/..\\admin/panel",
+    "/x/%252e%252e/admin/panel",
+    "/x%252F..%252Fadmin/panel",
+    "/x#/../admin/panel",
+    "/x/%00/../admin/panel",
+    "/x/%0a/../admin/panel",
+]
+
+
+def assert_never_reached(gateway: Gateway, path: str, headers: dict[str, str]) -> None:
+    """Send ``path`` as written: a refusal, and nothing reached the upstream."""
+    before = len(gateway.echo.seen)
+    status, answer, body = get(gateway.url + path, headers)
+    assert status in (400, 403, 404), (path, status, body)
+    assert len(gateway.echo.seen) == before, path
+    if status == 400 and answer["Content-Type"] == "application/json":
+        assert json.loads(body) == {"message": "ambiguous path"}
+        assert answer["X-Content-Type-Options"] == "nosniff"
+
+
+def test_no_spelling_of_the_admin_location_lets_a_user_through(gateway):
+    user = bearer(gateway.mint(gateway.secret, exp=int(time.time()) + 600))
+    for path in ADMIN_SPELLINGS:
+        assert_never_reached(gateway, path, user)
+    status, answer, body = get(gateway.url + "/admin;/panel", user)
+    assert (status, answer["Content-Type"]) == (400, "application/json")
+    assert json.loads(body) == {"message": "ambiguous path"}
+    assert answer["X-Content-Type-Options"] == "nosniff"
+
+
+def test_admins_reach_the_admin_location_in_any_case_but_never_by_an_ambiguous_path(gateway):
+    admin = bearer(gateway.login("admin"))
+    for path in ["/ADMIN/panel", "/Admin", "/admin.json", "/%61dmin/panel?q=/../;%2e"]:
+        received = passed(gateway, path, admin)
+        assert headers_of(received, "X-Auth-Request-Groups") == ["admin"], path
+    for path in ["/admin;/panel", "/x/../admin/panel", "/admin%2Fpanel", "/x/..%5Cadmin"]:
+        assert_never_reached(gateway, path, admin)  # refused for everyone, before the check
+
+
+def test_ordinary_paths_still_pass_for_users(gateway):
+    user = bearer(gateway.login("ivan"))
+    for path in [
+        "/reports/2024.csv",
+        "/.well-known/thing",
+        "/a..b/c.",
+        "/files/%C3%A9t%C3%A9%20x",
+        "/search?q=/../admin;x%2e%2F",
+        "/padmin/x",
+    ]:
+        assert headers_of(passed(gateway, path, user), "X-Auth-Request-Groups") == ["user"]
+
+
+#: How an upstream may read each piece of /admin/panel: the separators, a detour that
+#: resolves to nothing, each letter of "admin", and `;` parameters.
+SEPARATORS = st.sampled_from(["/", "//", "%2F", "%2f", "\\", "%5C", "%5c"])
+DETOURS = st.sampled_from(["", "./", "x/../", "x/..;/", "x/%2e%2e/", "x/.%2E/", "%2e/", ";/"])
+PARAMETERS = st.sampled_from(["", ";", ";jsessionid=1", ";x=%2F"])
+
+
+@st.composite
+def admin_spellings(draw) -> str:
+    letters = []
+    for letter in "admin":
+        how = draw(st.sampled_from(["lower", "upper", "hex", "HEX", "twice"]))
+        if how in ("lower", "upper"):
+            letters.append(letter.upper() if how == "upper" else letter)
+        else:
+            code = f"{ord(draw(st.sampled_from([letter, letter.upper()]))):02x}"
+            hex_code = code.upper() if how == "HEX" else code
+            letters.append(f"%25{hex_code}" if how == "twice" else f"%{hex_code}")
+    separator = draw(SEPARATORS)
+    detour = draw(DETOURS).replace("/", separator)
+    lead = draw(st.sampled_from(["/", "//"]))
+    return f"{lead}{detour}{''.join(letters)}{draw(PARAMETERS)}{draw(SEPARATORS)}panel"
+
+
+@settings(max_examples=200, deadline=None)
+@given(path=admin_spellings())
+def test_a_user_never_reaches_the_upstream_by_any_spelling_of_admin(gateway, path):
+    user = bearer(gateway.mint(gateway.secret, exp=int(time.time()) + 600))
+    assert_never_reached(gateway, path, user)
+
+
+def spellings(name: str) -> list[str]:
+    """Return ``name`` as written, in capitals, in lower case, and with its case swapped."""
+    return [name, name.upper(), name.lower(), name.swapcase()]
+
+
+def test_every_cleared_identity_header_is_dropped_in_any_case_and_documented(gateway):
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    assert len(CLEARED) > 40
+    for name in CLEARED:
+        assert f"`{name}`" in page, name  # the documented list is the config's
+    token = bearer(gateway.login("judy"))
+    for index in range(4):
+        forged = {spellings(name)[index]: f"mallory-{name}" for name in CLEARED}
+        received = passed(gateway, f"/cleared-{index}", {**forged, **token})
+        assert "mallory" not in json.dumps(received)
+        for name in CLEARED:
+            assert headers_of(received, name) == [], name
+
+
+def raw_request(gateway: Gateway, head: bytes) -> tuple[int, bytes]:
+    """Send a request head exactly as written; return the status and the body."""
+    port = int(gateway.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(head)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_identity_header_names_nginx_would_not_parse_never_reach_the_upstream(gateway):
+    token = gateway.login("mike").encode()
+    for name in [
+        b"X-Auth-Request-User ",
+        b"X-Auth-Request-User\t",
+        b" X-Auth-Request-User",
+        b"X_AUTH_REQUEST_GROUPS",
+        b"X-Auth-Request-User\x00",
+        b"X-Auth-Request-Us\xe9r",
+    ]:
+        head = (
+            b"GET /raw-header HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n"
+            b"Authorization: Bearer " + token + b"\r\n" + name + b": mallory\r\n\r\n"
+        )
+        status, body = raw_request(gateway, head)
+        assert status in (200, 400), name
+        assert b"mallory" not in body, name
+        if status == 200:
+            assert headers_of(json.loads(body), "X-Auth-Request-User") == ["mike"], name
+
+
+def test_the_upstream_gets_no_token_of_the_client(gateway):
+    for path, username in [("/no-token-passed", "kate"), ("/admin/no-token-passed", "admin")]:
+        headers = {**bearer(gateway.login(username)), "Cookie": "theme=dark"}
+        received = passed(gateway, path, headers)
+        assert headers_of(received, "Authorization") == [], path
+        assert headers_of(received, "Cookie") == ["theme=dark"], path  # other headers pass
+
+
+def test_a_header_not_listed_passes_unless_the_location_lists_what_it_passes(gateway):
+    headers = {
+        **bearer(gateway.login("leo")),
+        "X-Auth-Request-Anything-Else": "mallory",
+        "Accept": "application/json",
+    }
+    received = passed(gateway, "/unlisted", headers)
+    assert headers_of(received, "X-Auth-Request-Anything-Else") == ["mallory"]  # documented
+    received = passed(gateway, "/listed/x", headers)
+    assert "mallory" not in json.dumps(received)
+    assert headers_of(received, "Authorization") == []
+    assert headers_of(received, "Accept") == ["application/json"]
+    assert headers_of(received, "X-Auth-Request-User") == ["leo"]
+    form = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
+    status, _, body = get(f"{gateway.url}/listed/post", form, method="POST", body=b"a=1&b=2")
+    received = json.loads(body)
+    assert (status, received["method"], received["body"]) == (200, "POST", "a=1&b=2")
+    assert headers_of(received, "Content-Type") == ["application/x-www-form-urlencoded"]
 
 
 def test_an_expired_token_is_401(gateway):

@@ -34,6 +34,10 @@ JSON = {"Content-Type": "application/json"}
 #: The bursts of /login and /token in the shipped config: requests beyond the steady rate
 #: that nginx answers at once before it refuses.
 BURSTS = re.findall(r"limit_req zone=token_service_auth burst=(\d+) nodelay;", SITE.read_text())
+#: The burst of DELETE /token/<token>, a budget of its own.
+REVOKE_BURSTS = re.findall(
+    r"limit_req zone=token_service_revoke burst=(\d+) nodelay;", SITE.read_text()
+)
 
 
 @dataclass
@@ -73,7 +77,11 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
     require_tool(nginx is not None, "nginx", "apt-get install nginx")
     started: list[subprocess.Popen] = []
 
-    def start(backend: Gunicorn | None = None, metrics_network: str | None = None) -> Proxy:
+    def start(
+        backend: Gunicorn | None = None,
+        metrics_network: str | None = None,
+        with_gateway: bool = False,
+    ) -> Proxy:
         if backend is None:
             # The app's own rate limit counts each client behind nginx too (its tests are
             # below); off here, so that nginx's limit is the one these tests measure.
@@ -83,6 +91,16 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
         prefix.mkdir()
         access_log = prefix / "access.log"
         site = site_config(port, backend.port, access_log, metrics_network)
+        if with_gateway:  # the gateway's check in the service's own server, as for cookies
+            include = (
+                f"server_name _;\n    include {SITE.parent}/gateway-check.conf;\n"
+                "    location /protected/ {\n        auth_request /_token_service/check;\n"
+                f"        include {SITE.parent}/gateway-identity.conf;\n"
+                "        proxy_pass http://token_service;\n    }"
+            )
+            site = site.replace("server_name _;", include, 1)
+            zone = f"proxy_cache_path {prefix}/verdicts keys_zone=token_service_verdicts:1m;"
+            site = f"{zone}\n{site}"
         (prefix / "site.conf").write_text(site)
         temp_paths = "\n".join(
             f"{kind}_temp_path {prefix}/{kind};"
@@ -214,6 +232,42 @@ def test_nginx_access_log_redacts_the_refresh_token(proxy):
     assert token["refreshToken"] not in log
 
 
+#: Spellings of DELETE /token/T that reach the service's route (nginx passes the path as
+#: sent, and the service decodes it), or that nginx refuses with the token in them.
+TOKEN_PATHS = [
+    "/%74oken/{}",
+    "/%74%6F%6B%65%6E/{}",
+    "//token/{}",
+    "///token//{}",
+    "/token/{}?x",
+    "/x/../token/{}",
+    "/./token/{}",
+    "/TOKEN/{}",
+    "/token;/{}",
+    "/token%2F{}",
+    "/token/{}/../../..",  # above the root: nginx's own 400
+    "/token/{}%00",  # nginx's own 400
+    "/token/{}%zz",  # a broken escape: nginx's own 400
+]
+
+
+def test_nginx_access_log_never_shows_a_token_in_any_spelling_of_its_path(proxy):
+    tokens = {}
+    for number, path in enumerate(TOKEN_PATHS):
+        login = requests.post(f"{proxy.url}/login", json={"username": f"u{number}"}, timeout=10)
+        token = login.json()["refreshToken"]
+        tokens[path] = token
+        status, _, _ = request_from("127.0.0.1", proxy.port, "DELETE", path.format(token))
+        assert status in (204, 400, 404, 405), (path, status)
+    request_from("127.0.0.1", proxy.port, "GET", "/healthz")
+    wait_until(lambda: "/healthz" in proxy.access_log.read_text(), 5, "nginx access log")
+    log = proxy.access_log.read_text()
+    for path, token in tokens.items():
+        assert token not in log, path
+    assert '"DELETE /token/<redacted>?x HTTP/1.1" 204' in log
+    assert '"DELETE <unparsed> HTTP/1.1" 400' in log
+
+
 def test_metrics_from_an_allowed_address_are_the_services_counts(proxy):
     response = requests.get(f"{proxy.url}/metrics", timeout=10)  # from 127.0.0.1: allowed
     assert response.status_code == 200
@@ -239,6 +293,22 @@ def test_gunicorn_down_is_a_json_503(proxy):
     assert response.headers["Retry-After"] == "1"
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.json() == {"message": "service unavailable, try again shortly"}
+
+
+def test_the_access_log_redacts_a_token_in_a_path_the_gateway_refuses(start_proxy):
+    proxy = start_proxy(with_gateway=True)
+    login = requests.post(f"{proxy.url}/login", json={"username": "g"}, timeout=10)
+    token = login.json()["refreshToken"]
+    for path in ["/token/{};x", "/token/{}/../x", "/token%2F{}", "/x/../token/{}"]:
+        status, _, body = request_from("127.0.0.1", proxy.port, "DELETE", path.format(token))
+        assert (status, json.loads(body)) == (400, {"message": "ambiguous path"}), path
+    assert request_from("127.0.0.1", proxy.port, "DELETE", f"/token/{token}")[0] == 204
+    request_from("127.0.0.1", proxy.port, "GET", "/healthz")
+    wait_until(lambda: "/healthz" in proxy.access_log.read_text(), 5, "nginx access log")
+    log = proxy.access_log.read_text()
+    assert token not in log
+    assert log.count('"DELETE <unparsed> HTTP/1.1" 400') == 4
+    assert '"DELETE /token/<redacted> HTTP/1.1" 204' in log
 
 
 # --- rate limit of /login and /token ------------------------------------------------
@@ -299,6 +369,8 @@ def access_log_count(proxy: Proxy, request_line: str) -> int:
 def test_login_and_token_share_one_documented_burst():
     assert len(BURSTS) == 2
     assert BURSTS[0] == BURSTS[1]
+    assert len(REVOKE_BURSTS) == 1
+    assert REVOKE_BURSTS[0] == BURSTS[0]  # a budget of its own, the same numbers
 
 
 def test_login_burst_is_refused_by_nginx_with_a_json_429_after_the_first_requests_pass(proxy):
@@ -344,9 +416,33 @@ def test_token_burst_is_refused_by_nginx_for_that_client_only(proxy):
 def test_other_paths_are_not_rate_limited(proxy):
     until_refused(EAGER_CLIENT, proxy.port, "POST", "/login", {"username": "eager"})
     assert request_from(EAGER_CLIENT, proxy.port, "GET", "/healthz")[0] == 200
+    # a logout has a budget of its own: a client that spent its login budget still logs out
     assert request_from(EAGER_CLIENT, proxy.port, "DELETE", "/token/" + "x" * 42)[0] == 204
     status, _, body = request_from(EAGER_CLIENT, proxy.port, "GET", "/user-accessible")
     assert (status, body) == (401, b"Unauthorized")
+
+
+def test_revocations_are_refused_by_nginx_after_their_burst_in_any_spelling(proxy):
+    # nginx matches the decoded, normalised path, as gunicorn routes it.
+    path, passed_in_all = "/token/" + "x" * 42, 0
+    for number, spelling in enumerate(["/token/", "/%74oken/", "//token/"], 20):
+        passed, refused = until_refused(
+            f"127.0.0.{number}", proxy.port, "DELETE", spelling + "x" * 42
+        )
+        assert len(passed) > int(REVOKE_BURSTS[0]), spelling
+        assert set(passed) == {204}, spelling
+        assert_nginx_429(refused)
+        passed_in_all += len(passed)
+
+    # The refused requests never reached gunicorn: it logged exactly the ones that passed.
+    def logged() -> int:  # the service logs the path as routed: //token/ for //token/
+        paths = [f"{prefix}token/<redacted>" for prefix in ("/", "//")]
+        return sum(access_log_count(proxy, f"DELETE {path}") for path in paths)
+
+    wait_until(lambda: logged() >= passed_in_all, 5, "gunicorn access log")
+    time.sleep(0.2)
+    assert logged() == passed_in_all
+    assert request_from("127.0.0.30", proxy.port, "DELETE", path)[0] == 204  # another client
 
 
 # --- /metrics for the internal network only -----------------------------------------

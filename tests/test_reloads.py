@@ -33,6 +33,8 @@ CLIENTS = 6
 RATE = 40
 #: Seconds between one client's logins and refreshes: under nginx's 5 a second per address.
 AUTH_EVERY = 0.3
+#: Seconds between one client's revocations, which nginx limits the same way, on their own.
+REVOKE_EVERY = 0.3
 
 
 class Load:
@@ -69,7 +71,7 @@ class Load:
 
     def loop(self, connection: Connection, username: str) -> None:
         tokens: dict = {}
-        last_auth = 0.0
+        last_auth = last_revoke = 0.0
         for turn in range(20_000):  # bounded, and stopped long before
             if self.stopping.wait(1 / RATE):
                 break
@@ -94,8 +96,9 @@ class Load:
                 continue
             bearer = {"Authorization": f"Bearer {tokens['accessToken']}"}
             kind = turn % 3
-            if kind == 0:
-                self.call(connection, "get", "GET", "/user-accessible", (200,), headers=bearer)
+            if kind == 2 and time.monotonic() - last_revoke > REVOKE_EVERY:
+                last_revoke = time.monotonic()
+                self.call(connection, "delete", "DELETE", f"/token/{secrets.token_hex(21)}", (204,))
             elif kind == 1:
                 self.call(
                     connection,
@@ -106,8 +109,8 @@ class Load:
                     body={"guestsCount": 2},
                     headers=bearer,
                 )
-            else:
-                self.call(connection, "delete", "DELETE", f"/token/{secrets.token_hex(21)}", (204,))
+            else:  # a GET, and in place of a revocation that would come too soon
+                self.call(connection, "get", "GET", "/user-accessible", (200,), headers=bearer)
         connection.close()
 
     def wait_for_more(self, count: int) -> None:
