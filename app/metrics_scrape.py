@@ -4,6 +4,9 @@ Under gunicorn every worker counts into files of its own in one folder, which
 gunicorn.conf.py creates fresh at each start (``fresh_multiprocess_folder``) and hands
 over in the ``PROMETHEUS_MULTIPROC_DIR`` variable; a scrape, answered by any worker, adds
 up every worker's files, those of dead workers included (app/metrics.py).
+
+The master touches only a folder it made: one holding its mark (``OWNER_FILE``), never
+one the variable names otherwise (an operator's, with METRICS off).
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import shutil
 from flask import Response, current_app
 
 from app.config import IPNetwork
+from app.metric_files import FOLDER_VARIABLE
 from app.metrics import metrics_of
 
 #: Folder of the per-process files, below the instance folder; one subfolder per master.
 MULTIPROCESS_FOLDER = "metrics"
+#: The file in which a master marks the folder it made as its own: its pid.
+OWNER_FILE = "owner"
 #: Prometheus's classic text format, which every Prometheus version reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -62,7 +68,28 @@ def fresh_multiprocess_folder(instance_path: str) -> str:
     folder = os.path.join(root, str(os.getpid()))
     shutil.rmtree(folder, ignore_errors=True)  # a master long gone that had this pid
     os.mkdir(folder, 0o700)
+    with open(os.path.join(folder, OWNER_FILE), "x") as owner:
+        owner.write(str(os.getpid()))
     return folder
+
+
+def own_multiprocess_folder() -> str | None:
+    """Return the folder ``PROMETHEUS_MULTIPROC_DIR`` names if this process, a gunicorn
+    master, made it (``fresh_multiprocess_folder``); None for any other folder, or none.
+
+    The variable alone does not tell: with METRICS off the master sets none, and one in
+    the environment is the operator's. A HUP reads gunicorn.conf.py again, so the master
+    keeps its decision in the folder, not in a variable of that module.
+    """
+    folder = os.environ.get(FOLDER_VARIABLE)
+    if not folder:
+        return None
+    try:
+        with open(os.path.join(folder, OWNER_FILE)) as owner:
+            made_by_this_master = owner.read() == str(os.getpid())
+    except (OSError, ValueError):  # no mark, or not text: not ours
+        return None
+    return folder if made_by_this_master else None
 
 
 def _is_running(pid: int) -> bool:

@@ -367,6 +367,32 @@ def test_metrics_off_under_gunicorn_is_a_404_and_no_files(gunicorn_server):
 
 
 @pytest.mark.gunicorn
+@pytest.mark.store("sqlite")
+@pytest.mark.parametrize("metrics", ["off", "on"])
+def test_a_folder_the_operator_names_is_left_alone_with_its_files(
+    gunicorn_server, tmp_path, metrics
+):
+    folder = tmp_path / "operators-folder"
+    folder.mkdir()
+    (folder / "counter_1.db").write_bytes(b"the operator's")
+    server = gunicorn_server({"METRICS": metrics, "PROMETHEUS_MULTIPROC_DIR": str(folder)}, 2)
+    victim = server.worker_pids()[0]
+    # a file named as a dead worker's gauge would be, in the operator's folder
+    (folder / f"gauge_livesum_{victim}.db").write_bytes(b"the operator's too")
+    os.kill(victim, signal.SIGKILL)
+    wait_until(
+        lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(),
+        20,
+        "gunicorn replacing the killed worker",
+    )
+    server.stop()
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == {
+        "counter_1.db": b"the operator's",
+        f"gauge_livesum_{victim}.db": b"the operator's too",
+    }
+
+
+@pytest.mark.gunicorn
 def test_metrics_script_checks_a_live_server(gunicorn_server):
     script = ROOT / "scripts" / "metrics.sh"
 
