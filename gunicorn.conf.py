@@ -18,7 +18,11 @@ from app.instance import prepare_instance
 from app.keys import settings_key_ring
 from app.logging_config import ServiceGunicornLogger, logging_config
 from app.metric_files import FOLDER_VARIABLE
-from app.metrics_scrape import fresh_multiprocess_folder, own_multiprocess_folder
+from app.metrics_scrape import (
+    fresh_multiprocess_folder,
+    merge_exited_workers,
+    own_multiprocess_folder,
+)
 from app.private_apis import refuse_new_connections_when_stopping
 
 try:
@@ -70,12 +74,11 @@ def on_starting(server):
 
 
 def child_exit(server, worker):
-    # a dead worker's counts stay (they are part of the totals); its live gauges go
+    # an exited worker's counts go into the merged files (the totals never go back), and
+    # its files go, so the folder holds only the live workers' files and the merged ones
     folder = own_multiprocess_folder()
     if folder is not None:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(worker.pid, folder)
+        merge_exited_workers(folder, server.WORKERS)
 
 
 def on_exit(server):
