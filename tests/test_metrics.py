@@ -29,7 +29,7 @@ from prometheus_client.utils import floatToGoString
 from werkzeug.exceptions import TooManyRequests
 
 from app import metrics_scrape
-from app.metric_files import KINDS, RESERVED_BYTES, scrape_lock
+from app.metric_files import KINDS, RESERVED_BYTES, scrape_lock, worker_files
 from app.metrics import FLUSH_SECONDS, RuleInEnvironRequest, metrics_of
 from app.metrics_scrape import (
     CONTENT_TYPE,
@@ -258,8 +258,9 @@ def metric_files(server) -> Path:
 def logins_per_worker(folder: Path) -> dict[int, float]:
     """Return, from each worker's own file, how many logins it answered 200."""
     counts = {}
-    for path in folder.glob("counter_*.db"):
-        pid = int(path.stem.split("_")[1])
+    for kind, pid, path in worker_files(str(folder)):
+        if kind != "counter":
+            continue
         for key, count, _, _ in MmapedDict.read_all_values_from_file(str(path)):
             _, sample, labels = json.loads(key)[:3]
             if sample == "token_service_http_requests_total" and labels == {
@@ -334,6 +335,9 @@ def test_a_dead_workers_counts_stay_in_the_totals(gunicorn_server):
         20,
         "gunicorn replacing the killed worker",
     )
+    # merged by the master before it started the new worker
+    assert victim not in {pid for _, pid, _ in worker_files(str(folder))}
+    assert (folder / "counter_merged.db").exists()
     samples = scrape_server(server)
     assert value(samples, "token_service_tokens_total", event="issued") == 20
 
