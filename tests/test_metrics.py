@@ -588,6 +588,33 @@ def test_a_merge_leaves_the_files_while_a_scrape_reads_them(tmp_path, monkeypatc
     assert collected(tmp_path) == before
 
 
+def test_a_scrape_waits_for_a_merge_under_way(tmp_path):
+    """A worker's scrape takes the folder's shared lock: while the master merges, it waits."""
+    script = (
+        "import threading\n"
+        "from app.metric_files import merge_lock\n"
+        "from app.metrics import Metrics\n"
+        "metrics = Metrics()\n"
+        "assert metrics.multiprocess\n"
+        "done = threading.Event()\n"
+        "with merge_lock(FOLDER, 5) as locked:\n"
+        "    assert locked\n"
+        "    threading.Thread(target=lambda: (metrics.exposition(), done.set())).start()\n"
+        "    assert not done.wait(1), 'scraped during a merge'\n"
+        "assert done.wait(20), 'the scrape never ended'\n"
+    ).replace("FOLDER", repr(str(tmp_path)))
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_a_merge_that_fails_leaves_every_file_and_count(tmp_path, monkeypatch, caplog):
     write_worker_files(tmp_path, 7, {"a": (3, [1])})
     merge_exited_workers(str(tmp_path), live=())
