@@ -17,7 +17,12 @@ from app.config import ConfigError, Settings
 from app.instance import prepare_instance
 from app.keys import settings_key_ring
 from app.logging_config import ServiceGunicornLogger, logging_config
-from app.metrics_scrape import fresh_multiprocess_folder
+from app.metric_files import FOLDER_VARIABLE
+from app.metrics_scrape import (
+    fresh_multiprocess_folder,
+    merge_exited_workers,
+    own_multiprocess_folder,
+)
 from app.private_apis import refuse_new_connections_when_stopping
 
 try:
@@ -61,23 +66,24 @@ control_socket_disable = True
 
 # Metrics (METRICS, default on): every worker counts into files in one folder, which
 # prometheus_client finds through PROMETHEUS_MULTIPROC_DIR. The master makes it fresh at
-# each start, before any worker forks (and before anything imports prometheus_client).
+# each start, before any worker forks (and before anything imports prometheus_client),
+# and marks it as its own: the hooks below touch no other folder the variable may name.
 def on_starting(server):
     if settings.metrics:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = fresh_multiprocess_folder(settings.instance_path)
+        os.environ[FOLDER_VARIABLE] = fresh_multiprocess_folder(settings.instance_path)
 
 
 def child_exit(server, worker):
-    # a dead worker's counts stay (they are part of the totals); its live gauges go
-    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(worker.pid)
+    # an exited worker's counts go into the merged files (the totals never go back), and
+    # its files go, so the folder holds only the live workers' files and the merged ones
+    folder = own_multiprocess_folder()
+    if folder is not None:
+        merge_exited_workers(folder, server.WORKERS)
 
 
 def on_exit(server):
-    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if folder:
+    folder = own_multiprocess_folder()
+    if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
 
 

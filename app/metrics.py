@@ -3,9 +3,9 @@
 Under gunicorn every worker counts into files of its own in one folder, which
 gunicorn.conf.py creates fresh at each start and hands over in the
 ``PROMETHEUS_MULTIPROC_DIR`` variable; a scrape, answered by any worker, adds up
-every worker's files, those of dead workers included, so no count is lost when a
-worker is replaced. Outside gunicorn (tests, ``flask`` commands) the counts live
-in the process.
+every worker's files, and the merged files into which the master adds those of workers
+that have exited (app/metrics_scrape.py), so no count is lost when a worker is replaced.
+Outside gunicorn (tests, ``flask`` commands) the counts live in the process.
 
 prometheus_client picks its mode once, when it is first imported, from that
 variable: so it is imported here only when an app is built (in a worker, after
@@ -38,7 +38,7 @@ from werkzeug.routing import Rule
 
 from app.config import Settings
 from app.events import AUTH_FAILURE_REASONS, Event
-from app.metric_files import FOLDER_VARIABLE, reserve_metric_files
+from app.metric_files import FOLDER_VARIABLE, reserve_metric_files, scrape_lock
 from app.private_apis import count_in_process_memory
 
 EXTENSION_KEY = "metrics"
@@ -214,9 +214,11 @@ class Metrics:
         self.flush()  # this worker's counts are current; the others' at most FLUSH_SECONDS old
         if self.registry is not None:
             return generate_latest(self.registry)
+        folder = os.environ[FOLDER_VARIABLE]
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
+        multiprocess.MultiProcessCollector(registry, folder)
+        with scrape_lock(folder):  # no exited worker's files merged while they are read
+            return generate_latest(registry)
 
 
 class _Pending:

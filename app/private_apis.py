@@ -1,7 +1,8 @@
 """Where the service relies on what a library does not promise, each reach in one place.
 
 A reach stays only where ``make bench`` can see its gain (docs/performance.md has the
-figures, and the reaches dropped for a gain too small to resolve).
+figures, and the reaches dropped for a gain too small to resolve), or where no public API
+does what the service needs.
 tests/test_private_apis.py checks every assumption below against the installed
 library, and that its version is the one checked (``CHECKED_VERSIONS``): an upgrade
 that breaks one fails there, before it reaches a server.
@@ -13,13 +14,16 @@ that breaks one fails there, before it reaches a server.
 - gunicorn: the gthread worker's accept switch, wrapped so that a stopping worker
   refuses new connections at once.
 - prometheus_client: its value class, switched to in-memory counting in a worker whose
-  metric files the disk cannot give (docs/operations.md, "A full disk").
+  metric files the disk cannot give (docs/operations.md, "A full disk"); the exited
+  workers' files, merged into one file per kind in its own format (docs/operations.md,
+  "Metrics").
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -130,6 +134,58 @@ def count_in_process_memory() -> None:
     from prometheus_client import values  # only a worker whose files failed needs it
 
     values.ValueClass = values.MutexValue
+
+
+def write_merged_metric_file(path: str, sources: list[str]) -> None:
+    """Write at ``path``, a new file, the counts of the files ``sources`` (counters, or
+    histograms) added up, as prometheus_client writes one process's file.
+
+    prometheus_client adds the files up with ``MultiProcessCollector.merge``, which with
+    ``accumulate=False`` keeps each histogram bucket's own count, fit for being written
+    back; writing it back (``MmapedDict``, ``mmap_key``) is not public, nor that a scrape
+    reads every ``<kind>_<anything>.db`` of the folder, taking the kind from the name.
+    Every block is allocated before the file is mapped: on a full disk this raises
+    OSError (ENOSPC) rather than a SIGBUS, and leaves no file behind.
+    """
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    entries = [
+        (
+            mmap_key(
+                metric.name,
+                sample.name,
+                list(sample.labels),
+                list(sample.labels.values()),
+                metric.documentation,
+            ),
+            sample.value,
+        )
+        for metric in MultiProcessCollector.merge(sources, accumulate=False)
+        for sample in metric.samples
+    ]
+    # the used length and its padding, then each entry: the key's length, the key padded
+    # to 8 bytes, the value and its timestamp
+    size = 8 + sum(4 + _padded_length(key) + 16 for key, _ in entries)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.posix_fallocate(descriptor, 0, size)
+    except OSError:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(descriptor)
+    merged = MmapedDict(path)  # an existing file's size is its capacity: nothing to grow
+    try:
+        for key, value in entries:
+            merged.write_value(key, value, 0.0)
+    finally:
+        merged.close()
+
+
+def _padded_length(key: str) -> int:
+    length = len(key.encode("utf-8"))
+    return length + (8 - (length + 4) % 8)
 
 
 # --- gunicorn ------------------------------------------------------------------------

@@ -3,24 +3,41 @@ scrape adds up every worker's counts."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from flask import Request
-from prometheus_client.mmap_dict import MmapedDict
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 from werkzeug.exceptions import TooManyRequests
 
+from app import metrics_scrape
+from app.metric_files import KINDS, RESERVED_BYTES, scrape_lock, worker_files
 from app.metrics import FLUSH_SECONDS, RuleInEnvironRequest, metrics_of
-from app.metrics_scrape import CONTENT_TYPE
+from app.metrics_scrape import (
+    CONTENT_TYPE,
+    OWNER_FILE,
+    fresh_multiprocess_folder,
+    merge_exited_workers,
+    own_multiprocess_folder,
+)
 from tests.conftest import ROOT, bearer, fresh, login, make_token, valid_claims, wait_until
 
 REVOKE_RULE = "/token/<any_text:refresh_token>"
@@ -241,8 +258,9 @@ def metric_files(server) -> Path:
 def logins_per_worker(folder: Path) -> dict[int, float]:
     """Return, from each worker's own file, how many logins it answered 200."""
     counts = {}
-    for path in folder.glob("counter_*.db"):
-        pid = int(path.stem.split("_")[1])
+    for kind, pid, path in worker_files(str(folder)):
+        if kind != "counter":
+            continue
         for key, count, _, _ in MmapedDict.read_all_values_from_file(str(path)):
             _, sample, labels = json.loads(key)[:3]
             if sample == "token_service_http_requests_total" and labels == {
@@ -317,6 +335,9 @@ def test_a_dead_workers_counts_stay_in_the_totals(gunicorn_server):
         20,
         "gunicorn replacing the killed worker",
     )
+    # merged by the master before it started the new worker
+    assert victim not in {pid for _, pid, _ in worker_files(str(folder))}
+    assert (folder / "counter_merged.db").exists()
     samples = scrape_server(server)
     assert value(samples, "token_service_tokens_total", event="issued") == 20
 
@@ -364,6 +385,279 @@ def test_metrics_off_under_gunicorn_is_a_404_and_no_files(gunicorn_server):
     server = gunicorn_server({"METRICS": "off"}, workers=2)
     assert fresh("GET", f"{server.url}/metrics").status_code == 404
     assert not (Path(server.env["INSTANCE_PATH"]) / "metrics").exists()
+
+
+#: Reloads in the reload test: each replaces both workers, and a worker's files are 2 MiB.
+RELOADS = 10
+
+
+def worker_files_settled(server, folder: Path, old: set[int]) -> bool:
+    """Return whether a reload is over: two new workers, each with its files, the old gone."""
+    pids = set(server.worker_pids())
+    return (
+        len(pids) == 2
+        and not pids & old
+        and all((folder / f"{kind}_{pid}.db").exists() for pid in pids for kind in KINDS)
+    )
+
+
+class Scraper(threading.Thread):
+    """Scrapes a server every 0.1 s until stopped; keeps each answer's status and count."""
+
+    def __init__(self, server):
+        super().__init__()
+        self.server = server
+        self.stopping = threading.Event()
+        self.seen: list[tuple[int, float]] = []
+
+    def run(self) -> None:
+        for _ in range(3000):  # bounded, and stopped long before
+            if self.stopping.wait(0.1):
+                return
+            response = fresh("GET", f"{self.server.url}/metrics")
+            issued = 0.0
+            if response.status_code == 200:
+                issued = value(parse(response.text), "token_service_tokens_total", event="issued")
+            self.seen.append((response.status_code, issued))
+
+
+@pytest.mark.gunicorn
+@pytest.mark.store("sqlite")  # the metric files, whatever the store
+def test_reloads_keep_the_metric_files_to_the_live_workers_and_every_count(gunicorn_server):
+    server = gunicorn_server(workers=2)
+    folder = metric_files(server)
+    logins = 0
+    scraper = Scraper(server)
+    scraper.start()
+    try:
+        for _ in range(RELOADS):
+            for _ in range(3):
+                response = fresh("POST", f"{server.url}/login", json={"username": f"u{logins}"})
+                assert response.status_code == 200
+                logins += 1
+            old = set(server.worker_pids())
+            server.process.send_signal(signal.SIGHUP)
+            wait_until(lambda old=old: worker_files_settled(server, folder, old), 60, "a reload")
+            # every count of the old workers is kept, though they are gone
+            samples = scrape_server(server)
+            assert value(samples, "token_service_tokens_total", event="issued") == logins
+
+            def bounded() -> bool:
+                return len(list(folder.glob("*.db"))) <= 2 * len(KINDS) + len(KINDS)
+
+            with contextlib.suppress(TimeoutError):
+                wait_until(bounded, 10, "the exited workers' files merged")
+            names = sorted(path.name for path in folder.iterdir())
+            # the live workers' files and one merged file a kind, whatever the reloads before
+            assert bounded(), names
+            size = sum(path.stat().st_blocks * 512 for path in folder.iterdir())
+            assert size <= (2 + 1) * len(KINDS) * RESERVED_BYTES, (size, names)
+    finally:
+        scraper.stopping.set()
+        scraper.join(30)
+    # every login was answered by a worker that has exited since: its counts all merged
+    samples = scrape_server(server)
+    assert requests_of(samples, "/login", "POST", 200) == logins
+    name = "token_service_http_request_duration_seconds"
+    assert value(samples, f"{name}_count", endpoint="/login") == logins
+    assert value(samples, f"{name}_bucket", endpoint="/login", le="+Inf") == logins
+    # scrapes all through the reloads: every one answered, and the count never went back
+    assert len(scraper.seen) >= RELOADS
+    assert {status for status, _ in scraper.seen} == {200}
+    counts = [issued for _, issued in scraper.seen]
+    assert counts == sorted(counts)
+
+
+@pytest.mark.gunicorn
+@pytest.mark.store("sqlite")
+@pytest.mark.parametrize("metrics", ["off", "on"])
+def test_a_folder_the_operator_names_is_left_alone_with_its_files(
+    gunicorn_server, tmp_path, metrics
+):
+    folder = tmp_path / "operators-folder"
+    folder.mkdir()
+    (folder / "counter_1.db").write_bytes(b"the operator's")
+    server = gunicorn_server({"METRICS": metrics, "PROMETHEUS_MULTIPROC_DIR": str(folder)}, 2)
+    victim = server.worker_pids()[0]
+    # a file named as a dead worker's gauge would be, in the operator's folder
+    (folder / f"gauge_livesum_{victim}.db").write_bytes(b"the operator's too")
+    os.kill(victim, signal.SIGKILL)
+    wait_until(
+        lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(),
+        20,
+        "gunicorn replacing the killed worker",
+    )
+    server.stop()
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == {
+        "counter_1.db": b"the operator's",
+        f"gauge_livesum_{victim}.db": b"the operator's too",
+    }
+
+
+# --- an exited worker's files, merged: in process -------------------------------------
+
+#: A worker's counts: {label value: (count, [observations])}.
+worker_counts = st.dictionaries(
+    st.text(max_size=8),
+    st.tuples(st.integers(0, 10**6), st.lists(st.integers(0, 3), max_size=4)),
+    max_size=4,
+)
+BOUNDS = (1.0, 2.0, math.inf)
+
+
+def write_worker_files(folder: Path, pid: int | str, counts: dict) -> None:
+    """Write a worker's counter and histogram files as prometheus_client's value class
+    does: one entry a sample, each bucket holding its own count (not cumulated)."""
+    counter = MmapedDict(str(folder / f"counter_{pid}.db"))
+    histogram = MmapedDict(str(folder / f"histogram_{pid}.db"))
+    for label, (count, observations) in counts.items():
+        counter.write_value(mmap_key("c", "c_total", ["l"], [label], "c help"), count, 0.0)
+        lower = -math.inf
+        for bound in BOUNDS:
+            in_bucket = sum(1 for seen in observations if lower < seen <= bound)
+            key = mmap_key("h", "h_bucket", ["l", "le"], [label, floatToGoString(bound)], "h help")
+            lower = bound
+            histogram.write_value(key, in_bucket, 0.0)
+        key = mmap_key("h", "h_sum", ["l"], [label], "h help")
+        histogram.write_value(key, sum(observations), 0.0)
+    counter.close()
+    histogram.close()
+
+
+def collected(folder: Path) -> dict[tuple, float]:
+    """Return what a scrape of ``folder`` shows: {(sample, labels): value}."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for metric in MultiProcessCollector(None, str(folder)).collect()
+        for sample in metric.samples
+    }
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    rounds=st.lists(
+        st.dictionaries(st.integers(1, 40), st.tuples(worker_counts, st.booleans()), max_size=4),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_merging_exited_workers_keeps_every_total_and_only_the_live_files(rounds):
+    """Each round: workers (pid: counts, exited or not) write their files, then the master
+    merges the exited ones; the scrape shows the same totals before and after."""
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        live: set[int] = set()
+        for workers in rounds:
+            for pid, (counts, _) in workers.items():
+                if pid not in live:  # a live worker keeps its file (a new one, a new pid)
+                    write_worker_files(folder, pid, counts)
+            live = (live | set(workers)) - {pid for pid, (_, exited) in workers.items() if exited}
+            before = collected(folder)
+            merge_exited_workers(str(folder), live)
+            assert collected(folder) == before
+            expected = {f"{kind}_{pid}.db" for pid in live for kind in KINDS}
+            kept = {path.name for path in folder.iterdir()} - {
+                "counter_merged.db",
+                "histogram_merged.db",
+            }
+            assert kept == expected
+
+
+def test_a_merge_leaves_the_files_while_a_scrape_reads_them(tmp_path, monkeypatch, caplog):
+    write_worker_files(tmp_path, 7, {"a": (3, [1])})
+    before = collected(tmp_path)
+    monkeypatch.setattr(metrics_scrape, "MERGE_WAIT_SECONDS", 0.2)
+    with scrape_lock(str(tmp_path)):
+        merge_exited_workers(str(tmp_path), live=())
+        assert sorted(path.name for path in tmp_path.iterdir()) == [
+            "counter_7.db",
+            "histogram_7.db",
+        ]
+    assert "a scrape held" in caplog.text
+    merge_exited_workers(str(tmp_path), live=())  # the next exit's merge takes them
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "counter_merged.db",
+        "histogram_merged.db",
+    ]
+    assert collected(tmp_path) == before
+
+
+def test_a_scrape_waits_for_a_merge_under_way(tmp_path):
+    """A worker's scrape takes the folder's shared lock: while the master merges, it waits."""
+    script = (
+        "import threading\n"
+        "from app.metric_files import merge_lock\n"
+        "from app.metrics import Metrics\n"
+        "metrics = Metrics()\n"
+        "assert metrics.multiprocess\n"
+        "done = threading.Event()\n"
+        "with merge_lock(FOLDER, 5) as locked:\n"
+        "    assert locked\n"
+        "    threading.Thread(target=lambda: (metrics.exposition(), done.set())).start()\n"
+        "    assert not done.wait(1), 'scraped during a merge'\n"
+        "assert done.wait(20), 'the scrape never ended'\n"
+    ).replace("FOLDER", repr(str(tmp_path)))
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_merge_that_fails_leaves_every_file_and_count(tmp_path, monkeypatch, caplog):
+    write_worker_files(tmp_path, 7, {"a": (3, [1])})
+    merge_exited_workers(str(tmp_path), live=())
+    write_worker_files(tmp_path, 8, {"a": (2, [2])})
+    before = collected(tmp_path)
+    names = sorted(path.name for path in tmp_path.iterdir())
+
+    def full_disk(descriptor: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
+    merge_exited_workers(str(tmp_path), live=())
+    assert "not merged" in caplog.text
+    assert "No space left on device" in caplog.text
+    assert sorted(path.name for path in tmp_path.iterdir()) == names  # no partial file left
+    assert collected(tmp_path) == before
+
+
+def test_an_exited_workers_empty_file_is_removed(tmp_path):
+    (tmp_path / "counter_9.db").touch()  # the worker died before it allocated its file
+    merge_exited_workers(str(tmp_path), live=())
+    assert [path.name for path in tmp_path.iterdir()] == ["counter_merged.db"]
+    assert collected(tmp_path) == {}
+
+
+@pytest.mark.parametrize(
+    ("owner", "ours"), [(None, False), ("1", False), ("own pid", True), (b"\xff", False)]
+)
+def test_the_master_owns_only_a_folder_with_its_mark(tmp_path, monkeypatch, owner, ours):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    if isinstance(owner, bytes):
+        (tmp_path / OWNER_FILE).write_bytes(owner)
+    elif owner is not None:
+        (tmp_path / OWNER_FILE).write_text(str(os.getpid()) if owner == "own pid" else owner)
+    assert own_multiprocess_folder() == (str(tmp_path) if ours else None)
+
+
+def test_a_fresh_folder_is_marked_as_the_masters_own(tmp_path, monkeypatch):
+    folder = fresh_multiprocess_folder(str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", folder)
+    assert own_multiprocess_folder() == folder
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # its parent: not marked
+    assert own_multiprocess_folder() is None
 
 
 @pytest.mark.gunicorn

@@ -6,6 +6,7 @@ adapt the reach (or drop it), and update ``CHECKED_VERSIONS``.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import secrets
@@ -20,6 +21,7 @@ from authlib.integrations.flask_client import FlaskIntegration
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from gunicorn.workers.gthread import ThreadWorker
 from jwt.algorithms import HMACAlgorithm, get_default_algorithms
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from app import private_apis
 from app.private_apis import (
@@ -159,6 +161,79 @@ def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_prometheus_client_reads_a_merged_file_as_the_files_it_adds_up(tmp_path):
+    """Two processes' real files, of every kind of value the service writes, merged into
+    one file named as the service names it: a scrape shows the same totals, and every
+    block of the new file is allocated."""
+    script = (
+        "import prometheus_client\n"
+        "counter = prometheus_client.Counter('c', 'c help', ['l'], registry=None)\n"
+        "histogram = prometheus_client.Histogram('h', 'h help', ['l'], registry=None,"
+        " buckets=(0.5, 1.0))\n"
+        "counter.labels('a').inc(2)\n"
+        "counter.labels('\u00e9\"').inc(3)\n"
+        "histogram.labels('a').observe(0.25)\n"
+        "histogram.labels('a').observe(0.75)\n"
+        "prometheus_client.Counter('plain', 'no labels', registry=None).inc()\n"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(2):  # two processes, two pids
+        subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
+
+    def scrape() -> dict:
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for metric in MultiProcessCollector(None, str(tmp_path)).collect()
+            for sample in metric.samples
+        }
+
+    before = scrape()
+    assert before[("c_total", (("l", "a"),))] == 4
+    assert before[("h_bucket", (("l", "a"), ("le", "0.5")))] == 2
+    for kind in ("counter", "histogram"):
+        sources = [str(path) for path in tmp_path.glob(f"{kind}_*.db")]
+        assert len(sources) == 2
+        merged = tmp_path / f"{kind}_merged.db"
+        private_apis.write_merged_metric_file(str(merged), sources)
+        assert merged.stat().st_blocks * 512 >= merged.stat().st_size  # allocated, not sparse
+        for source in sources:
+            os.unlink(source)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "counter_merged.db",
+        "histogram_merged.db",
+    ]
+    assert scrape() == before
+    # merged again with a later process's file: added up once more
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
+    (later,) = (path for path in tmp_path.glob("counter_*.db") if path.name != "counter_merged.db")
+    private_apis.write_merged_metric_file(
+        str(tmp_path / "counter_new.db"), [str(later), str(tmp_path / "counter_merged.db")]
+    )
+    os.replace(tmp_path / "counter_new.db", tmp_path / "counter_merged.db")
+    os.unlink(later)
+    assert scrape()[("c_total", (("l", "a"),))] == 6
+
+
+def test_a_merged_file_the_disk_cannot_give_is_not_left_behind(tmp_path, monkeypatch):
+    source = tmp_path / "counter_1.db"
+    subprocess.run(
+        [sys.executable, "-c", "import prometheus_client as p; p.Counter('c', 'c').inc()"],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        check=True,
+        cwd=ROOT,
+    )
+    (written,) = tmp_path.iterdir()
+    written.rename(source)
+
+    def full_disk(descriptor: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        private_apis.write_merged_metric_file(str(tmp_path / "counter_merged.db"), [str(source)])
+    assert [path.name for path in tmp_path.iterdir()] == ["counter_1.db"]
 
 
 # --- gunicorn ------------------------------------------------------------------------
