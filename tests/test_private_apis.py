@@ -60,7 +60,8 @@ def test_pyjwt_verifies_a_pyjwk_with_its_own_algorithm_object(monkeypatch):
     secret = secrets.token_bytes(64)
     algorithm = CheckedSecret(secret)
     verifier = hs256_verifier(algorithm)
-    token = hs256_token(secret, valid_claims())
+    claims = valid_claims()
+    token = hs256_token(secret, claims)
     prepared = []
 
     def spied(key: bytes) -> bytes:
@@ -71,7 +72,7 @@ def test_pyjwt_verifies_a_pyjwk_with_its_own_algorithm_object(monkeypatch):
     monkeypatch.setattr(
         HMACAlgorithm, "prepare_key", lambda *args: pytest.fail("the secret was checked again")
     )
-    assert jwt.decode(token, verifier, algorithms=["HS256"]) == valid_claims()
+    assert jwt.decode(token, verifier, algorithms=["HS256"]) == claims
     assert prepared  # PyJWT prepared the key through the PyJWK's algorithm
     assert all(key is algorithm.secret for key in prepared)
 
