@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import jwt
 
-from app.config import DEFAULT_CLOCK_SKEW
+from app.config import DEFAULT_CLOCK_SKEW, ES256
 from app.events import Reason
 from app.json_text import may_repeat_a_key, repeats_a_key
+from app.key_files import is_low_s
 from app.usernames import MAX_USERNAME_LENGTH as MAX_USERNAME_LENGTH
 from app.usernames import USERNAME_PATTERN as USERNAME_PATTERN  # the tokens' rule, re-exported
 from app.usernames import token_username_problem as token_username_problem
@@ -213,6 +214,8 @@ def _decode(
     key = keys.key_for(token)
     if key is None:
         raise InvalidTokenError("token names no key of this service", permanent=True)
+    if key.algorithm == ES256:
+        _check_low_s(token)
     try:
         # The key's one algorithm is pinned: a token naming any other, "none" included,
         # fails. No leeway: a token is expired from the second its exp names. PyJWT's
@@ -240,6 +243,23 @@ def _decode(
     _check_unique_claims(token, claims)
     _check_not_in_future(claims, clock_skew)
     return claims
+
+
+def _check_low_s(token: str) -> None:
+    """Refuse an ES256 signature in any form but low-S, or with r or s out of range.
+
+    The twin (r, n - s) of a signature verifies too, and anyone holding a token can
+    write it: without this check one token would have two texts, each its own entry
+    in any list or cache keyed on the token's text. The keys sign in low-S form only.
+    """
+    try:
+        signature = base64.urlsafe_b64decode(token.rpartition(".")[2] + "==")
+    except ValueError:  # binascii.Error (a bad length) or a character that is not ASCII
+        raise InvalidTokenError("signature is not base64url", permanent=True) from None
+    if not is_low_s(signature):
+        raise InvalidTokenError(
+            "ES256 signature is not in low-S form", BAD_SIGNATURE, permanent=True
+        )
 
 
 def _check_not_expired(claims: dict[str, Any]) -> None:
