@@ -18,7 +18,13 @@ from app.keys import get_key_ring
 from app.request_log import note
 from app.settings import current_settings
 from app.store import get_store, token_digest
-from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
+from app.tokens import (
+    ROLES,
+    InvalidTokenError,
+    logout_digest,
+    verify_access_token,
+    verify_cookie_token,
+)
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -82,7 +88,7 @@ def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
         return None, 0, Reason.MALFORMED
     if "id" in user:
         note(user=user["id"])
-    if get_store().is_denied(token_digest(token)):
+    if _is_logged_out(token):
         return None, 0, Reason.LOGGED_OUT
     return user, expires_at, ""
 
@@ -99,8 +105,9 @@ def authenticated_cookie_user() -> dict[str, Any]:
 def log_out_cookie_token() -> None:
     """Refuse the request's valid cookie token from now until it expires, on every host.
 
-    The entry is keyed on the token's digest, so a token with only SPEC.md's claims
-    (``sub``, ``exp``) is refused too, and kept ``CLOCK_SKEW`` seconds past ``exp``
+    The entry is keyed on the digest of the token's signing input (``logout_digest``),
+    which no rewriting of its signature changes, so a token with only SPEC.md's claims
+    (``sub``, ``exp``) is refused too; it is kept ``CLOCK_SKEW`` seconds past ``exp``
     for hosts whose clocks lag. A missing, invalid or expired token needs none.
     """
     token = cookie_token()
@@ -113,10 +120,24 @@ def log_out_cookie_token() -> None:
         return
     # verified just above: its exp is the signed one
     expires_at = jwt.decode(token, options={"verify_signature": False})["exp"]
-    get_store().deny(token_digest(token), expires_at + settings.clock_skew)
+    store, until = get_store(), expires_at + settings.clock_skew
+    store.deny(logout_digest(token), until)
+    # Hosts still running the release before this one, during a rolling upgrade, look
+    # the token up by the digest of its whole text.
+    store.deny(token_digest(token), until)
     if "id" in user:
         note(user=user["id"])
     note(event=Event.LOGOUT)
+
+
+def _is_logged_out(token: str) -> bool:
+    """Return whether a logout denied ``token``, a cookie token verified just before."""
+    store = get_store()
+    # The release before this one denied a token by the digest of its whole text: its
+    # entries last until their token's exp, at most COOKIE_TOKEN_LIFETIME after the
+    # upgrade, and are read until then. An ES256 twin of such a token is refused for its
+    # high S before it gets here.
+    return store.is_denied(logout_digest(token)) or store.is_denied(token_digest(token))
 
 
 def _signed_expiry(token: str) -> int | None:

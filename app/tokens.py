@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import math
 import secrets
 import string
@@ -182,6 +183,13 @@ def verify_cookie_token(
     if any(not isinstance(user.get(name, ""), str) for name in COOKIE_USER_FIELDS):
         raise InvalidTokenError("sub fields must be strings")
     return {name: user[name] for name in COOKIE_USER_FIELDS if name in user}
+
+
+def logout_digest(token: str) -> str:
+    """Return the SHA-256 hex digest a logout denies ``token`` by: that of its signing input
+    (header and payload, as written), which its signer alone can change, never a signature."""
+    signing_input = token.rpartition(".")[0]
+    return hashlib.sha256(signing_input.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def new_refresh_token() -> str:
