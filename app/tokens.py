@@ -161,8 +161,8 @@ def _verified_access_claims(
 def issue_cookie_token(user: dict[str, str], keys: KeyRing, lifetime: int) -> str:
     """Return a cookie token, signed with the current key, naming the third-party ``user``
     as its ``sub`` object."""
-    # jti: a logout denies its token's digest, and two logins of one user in the same
-    # second would otherwise get the same token, so that one logout ended both
+    # jti: a logout denies its token's signing input, and two logins of one user in the
+    # same second would otherwise sign the same one, so that one logout ended both
     claims = {"sub": user, "exp": int(clock()) + lifetime, "jti": secrets.token_urlsafe(16)}
     return keys.current.sign(claims)
 
