@@ -96,12 +96,16 @@ def is_low_s(signature: bytes) -> bool:
     return 0 < r < P256_ORDER and 0 < s <= P256_ORDER // 2
 
 
+def twin_signature(signature: bytes) -> bytes:
+    """Return the twin (r, n - s) of a raw ES256 signature (r || s) with s in 1..n-1."""
+    s = int.from_bytes(signature[32:], "big")
+    return signature[:32] + (P256_ORDER - s).to_bytes(32, "big")
+
+
 def low_s(signature: bytes) -> bytes:
     """Return the low-S form of a raw ES256 signature (r || s): s replaced by n - s if above n/2."""
     s = int.from_bytes(signature[32:], "big")
-    if s <= P256_ORDER // 2:
-        return signature
-    return signature[:32] + (P256_ORDER - s).to_bytes(32, "big")
+    return signature if s <= P256_ORDER // 2 else twin_signature(signature)
 
 
 def new_private_key_pem(algorithm: str) -> bytes:

@@ -22,6 +22,7 @@ from app.tokens import (
     ROLES,
     InvalidTokenError,
     logout_digest,
+    signed_texts,
     verify_access_token,
     verify_cookie_token,
 )
@@ -120,11 +121,9 @@ def log_out_cookie_token() -> None:
         return
     # verified just above: its exp is the signed one
     expires_at = jwt.decode(token, options={"verify_signature": False})["exp"]
-    store, until = get_store(), expires_at + settings.clock_skew
-    store.deny(logout_digest(token), until)
-    # Hosts still running the release before this one, during a rolling upgrade, look
-    # the token up by the digest of its whole text.
-    store.deny(token_digest(token), until)
+    store = get_store()
+    for digest in _deny_digests(token):
+        store.deny(digest, expires_at + settings.clock_skew)
     if "id" in user:
         note(user=user["id"])
     note(event=Event.LOGOUT)
@@ -133,11 +132,18 @@ def log_out_cookie_token() -> None:
 def _is_logged_out(token: str) -> bool:
     """Return whether a logout denied ``token``, a cookie token verified just before."""
     store = get_store()
-    # The release before this one denied a token by the digest of its whole text: its
-    # entries last until their token's exp, at most COOKIE_TOKEN_LIFETIME after the
-    # upgrade, and are read until then. An ES256 twin of such a token is refused for its
-    # high S before it gets here.
-    return store.is_denied(logout_digest(token)) or store.is_denied(token_digest(token))
+    return any(store.is_denied(digest) for digest in _deny_digests(token))
+
+
+def _deny_digests(token: str) -> list[str]:
+    """Return the digests a logout of ``token``, a verified cookie token, denies: that of
+    its signing input, then that of each text the release before accepted for it."""
+    # The release before this one denied a token by the digest of its whole text, and
+    # took either ES256 form of it: its entries are read until they expire (at most
+    # COOKIE_TOKEN_LIFETIME + CLOCK_SKEW after the upgrade), and its hosts, during a
+    # rolling upgrade, find a logout made here.
+    texts = signed_texts(token, get_key_ring())
+    return [logout_digest(token), *(token_digest(text) for text in texts)]
 
 
 def _signed_expiry(token: str) -> int | None:

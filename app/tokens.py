@@ -18,7 +18,7 @@ import jwt
 from app.config import DEFAULT_CLOCK_SKEW, ES256
 from app.events import Reason
 from app.json_text import may_repeat_a_key, repeats_a_key
-from app.key_files import is_low_s
+from app.key_files import is_low_s, twin_signature
 from app.usernames import MAX_USERNAME_LENGTH as MAX_USERNAME_LENGTH
 from app.usernames import USERNAME_PATTERN as USERNAME_PATTERN  # the tokens' rule, re-exported
 from app.usernames import token_username_problem as token_username_problem
@@ -190,6 +190,17 @@ def logout_digest(token: str) -> str:
     (header and payload, as written), which its signer alone can change, never a signature."""
     signing_input = token.rpartition(".")[0]
     return hashlib.sha256(signing_input.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def signed_texts(token: str, keys: KeyRing) -> tuple[str, ...]:
+    """Return every text of a verified token that releases before this one accepted: the
+    token itself and, for ES256, the twin (r, n - s) of its signature."""
+    key = keys.key_for(token)
+    if key is None or key.algorithm != ES256:
+        return (token,)
+    signing_input, _, signature = token.rpartition(".")
+    twin = twin_signature(base64.urlsafe_b64decode(signature + "=="))
+    return (token, f"{signing_input}.{base64.urlsafe_b64encode(twin).rstrip(b'=').decode()}")
 
 
 def new_refresh_token() -> str:

@@ -228,14 +228,22 @@ def test_a_logout_denies_the_signing_input_which_no_signature_changes(app, clien
     assert logout(client, token).status_code == 204
     assert logout_digest(ecdsa_twin(token)) == logout_digest(token)
     assert store.is_denied(logout_digest(token)) is True
-    # and the digest of the whole text, which hosts of the release before look up
+    # and the digests of the whole texts, which hosts of the release before look up
     assert store.is_denied(token_digest(token)) is True
+    assert store.is_denied(token_digest(ecdsa_twin(token))) is True
 
 
-def test_a_deny_entry_of_the_release_before_still_refuses_its_token(app, client):
+@pytest.mark.parametrize(
+    ("signing_algorithm", "denied_text"),
+    [("HS256", "token"), ("ES256", "token"), ("ES256", "twin")],
+    indirect=["signing_algorithm"],
+)
+def test_a_deny_entry_of_the_release_before_still_refuses_its_token(app, client, denied_text):
     token, other = cookie_token(app), cookie_token(app)
-    store = app.extensions["token_store"]
-    store.deny(token_digest(token), time.time() + 600)  # the whole text's digest, as then
+    # That release denied the whole text's digest, and signed either ES256 form: the
+    # token it logged out may be the high-S twin of the one presented now.
+    text = token if denied_text == "token" else ecdsa_twin(token)
+    app.extensions["token_store"].deny(token_digest(text), time.time() + 600)
     assert me(client, token).status_code == 401
     assert me(client, other).status_code == 200
 
