@@ -31,6 +31,10 @@ SECRET_KID_ITERATIONS = 1000
 SECRET_KID_BYTES = 12  # 16 base64url characters
 #: The public members of a JWK that its RFC 7638 thumbprint covers, by key type.
 THUMBPRINT_MEMBERS = {"OKP": ("crv", "kty", "x"), "EC": ("crv", "kty", "x", "y")}
+#: The order n of P-256's group (SEC 2, section 2.4.2). An ES256 signature is r and s, each
+#: 32 bytes, big-endian, in 1..n-1; and (r, s) has a twin (r, n - s) that verifies as well.
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+ES256_SIGNATURE_BYTES = 64
 PRIVATE_KEY_TYPES = (
     ed25519.Ed25519PrivateKey,
     ec.EllipticCurvePrivateKey,
@@ -80,6 +84,28 @@ def algorithm_of(key: Any) -> SigningAlgorithm | None:
     ):
         return ES256
     return None
+
+
+def is_low_s(signature: bytes) -> bool:
+    """Return whether a raw ES256 signature (r || s) is the one form this service accepts:
+    64 bytes, r in 1..n-1, and s in 1..n/2 (the low-S half, as in Bitcoin's BIP 62)."""
+    if len(signature) != ES256_SIGNATURE_BYTES:
+        return False
+    r = int.from_bytes(signature[:32], "big")
+    s = int.from_bytes(signature[32:], "big")
+    return 0 < r < P256_ORDER and 0 < s <= P256_ORDER // 2
+
+
+def twin_signature(signature: bytes) -> bytes:
+    """Return the twin (r, n - s) of a raw ES256 signature (r || s) with s in 1..n-1."""
+    s = int.from_bytes(signature[32:], "big")
+    return signature[:32] + (P256_ORDER - s).to_bytes(32, "big")
+
+
+def low_s(signature: bytes) -> bytes:
+    """Return the low-S form of a raw ES256 signature (r || s): s replaced by n - s if above n/2."""
+    s = int.from_bytes(signature[32:], "big")
+    return signature if s <= P256_ORDER // 2 else twin_signature(signature)
 
 
 def new_private_key_pem(algorithm: str) -> bytes:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from flask import Flask, current_app
-from jwt.algorithms import Algorithm, get_default_algorithms
+from jwt.algorithms import Algorithm, ECAlgorithm, get_default_algorithms
 from jwt.utils import base64url_decode
 
 from app.config import EDDSA as EDDSA
@@ -35,6 +36,7 @@ from app.json_text import unique_keys
 from app.key_files import (
     PRIVATE_KEY_TYPES,
     KeyFileError,
+    low_s,
     read_private_key,
     read_public_key,
     secret_kid,
@@ -145,6 +147,21 @@ class KeyRing:
         return self.by_kid.get(kid) if isinstance(kid, str) else None
 
 
+class LowSES256(ECAlgorithm):
+    """PyJWT's ES256, each signature written in its low-S form, the one form verified here.
+
+    ``cryptography`` returns an ECDSA signature (r, s) or its twin (r, n - s), as the
+    random nonce falls; both verify, so verification accepts only the low-S one (one
+    token, one text), and every token this service signs must be in that form.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(ECAlgorithm.SHA256)
+
+    def sign(self, msg: bytes, key: EllipticCurvePrivateKey) -> bytes:
+        return low_s(super().sign(msg, key))
+
+
 def load_key_ring(
     secret: str,
     algorithm: str = HS256,
@@ -235,7 +252,7 @@ def verifying_key_file(path: str, name: str = "SIGNING_KEY_FILE_PREVIOUS") -> Si
 
 
 def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
-    jwa: Algorithm = get_default_algorithms()[algorithm]
+    jwa: Algorithm = LowSES256() if algorithm == ES256 else get_default_algorithms()[algorithm]
     is_private = isinstance(key, PRIVATE_KEY_TYPES)
     members: dict[str, str] = jwa.to_jwk(key.public_key() if is_private else key, as_dict=True)
     kid = thumbprint(members)

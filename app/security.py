@@ -18,7 +18,14 @@ from app.keys import get_key_ring
 from app.request_log import note
 from app.settings import current_settings
 from app.store import get_store, token_digest
-from app.tokens import ROLES, InvalidTokenError, verify_access_token, verify_cookie_token
+from app.tokens import (
+    ROLES,
+    InvalidTokenError,
+    logout_digest,
+    signed_texts,
+    verify_access_token,
+    verify_cookie_token,
+)
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -82,7 +89,7 @@ def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
         return None, 0, Reason.MALFORMED
     if "id" in user:
         note(user=user["id"])
-    if get_store().is_denied(token_digest(token)):
+    if _is_logged_out(token):
         return None, 0, Reason.LOGGED_OUT
     return user, expires_at, ""
 
@@ -99,8 +106,9 @@ def authenticated_cookie_user() -> dict[str, Any]:
 def log_out_cookie_token() -> None:
     """Refuse the request's valid cookie token from now until it expires, on every host.
 
-    The entry is keyed on the token's digest, so a token with only SPEC.md's claims
-    (``sub``, ``exp``) is refused too, and kept ``CLOCK_SKEW`` seconds past ``exp``
+    The entry is keyed on the digest of the token's signing input (``logout_digest``),
+    which no rewriting of its signature changes, so a token with only SPEC.md's claims
+    (``sub``, ``exp``) is refused too; it is kept ``CLOCK_SKEW`` seconds past ``exp``
     for hosts whose clocks lag. A missing, invalid or expired token needs none.
     """
     token = cookie_token()
@@ -113,10 +121,29 @@ def log_out_cookie_token() -> None:
         return
     # verified just above: its exp is the signed one
     expires_at = jwt.decode(token, options={"verify_signature": False})["exp"]
-    get_store().deny(token_digest(token), expires_at + settings.clock_skew)
+    store = get_store()
+    for digest in _deny_digests(token):
+        store.deny(digest, expires_at + settings.clock_skew)
     if "id" in user:
         note(user=user["id"])
     note(event=Event.LOGOUT)
+
+
+def _is_logged_out(token: str) -> bool:
+    """Return whether a logout denied ``token``, a cookie token verified just before."""
+    store = get_store()
+    return any(store.is_denied(digest) for digest in _deny_digests(token))
+
+
+def _deny_digests(token: str) -> list[str]:
+    """Return the digests a logout of ``token``, a verified cookie token, denies: that of
+    its signing input, then that of each text the release before accepted for it."""
+    # The release before this one denied a token by the digest of its whole text, and
+    # took either ES256 form of it: its entries are read until they expire (at most
+    # COOKIE_TOKEN_LIFETIME + CLOCK_SKEW after the upgrade), and its hosts, during a
+    # rolling upgrade, find a logout made here.
+    texts = signed_texts(token, get_key_ring())
+    return [logout_digest(token), *(token_digest(text) for text in texts)]
 
 
 def _signed_expiry(token: str) -> int | None:

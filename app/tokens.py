@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import math
 import secrets
 import string
@@ -14,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import jwt
 
-from app.config import DEFAULT_CLOCK_SKEW
+from app.config import DEFAULT_CLOCK_SKEW, ES256
 from app.events import Reason
 from app.json_text import may_repeat_a_key, repeats_a_key
+from app.key_files import is_low_s, twin_signature
 from app.usernames import MAX_USERNAME_LENGTH as MAX_USERNAME_LENGTH
 from app.usernames import USERNAME_PATTERN as USERNAME_PATTERN  # the tokens' rule, re-exported
 from app.usernames import token_username_problem as token_username_problem
@@ -159,8 +161,8 @@ def _verified_access_claims(
 def issue_cookie_token(user: dict[str, str], keys: KeyRing, lifetime: int) -> str:
     """Return a cookie token, signed with the current key, naming the third-party ``user``
     as its ``sub`` object."""
-    # jti: a logout denies its token's digest, and two logins of one user in the same
-    # second would otherwise get the same token, so that one logout ended both
+    # jti: a logout denies its token's signing input, and two logins of one user in the
+    # same second would otherwise sign the same one, so that one logout ended both
     claims = {"sub": user, "exp": int(clock()) + lifetime, "jti": secrets.token_urlsafe(16)}
     return keys.current.sign(claims)
 
@@ -181,6 +183,24 @@ def verify_cookie_token(
     if any(not isinstance(user.get(name, ""), str) for name in COOKIE_USER_FIELDS):
         raise InvalidTokenError("sub fields must be strings")
     return {name: user[name] for name in COOKIE_USER_FIELDS if name in user}
+
+
+def logout_digest(token: str) -> str:
+    """Return the SHA-256 hex digest a logout denies ``token`` by: that of its signing input
+    (header and payload, as written), which its signer alone can change, never a signature."""
+    signing_input = token.rpartition(".")[0]
+    return hashlib.sha256(signing_input.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def signed_texts(token: str, keys: KeyRing) -> tuple[str, ...]:
+    """Return every text of a verified token that releases before this one accepted: the
+    token itself and, for ES256, the twin (r, n - s) of its signature."""
+    key = keys.key_for(token)
+    if key is None or key.algorithm != ES256:
+        return (token,)
+    signing_input, _, signature = token.rpartition(".")
+    twin = twin_signature(base64.urlsafe_b64decode(signature + "=="))
+    return (token, f"{signing_input}.{base64.urlsafe_b64encode(twin).rstrip(b'=').decode()}")
 
 
 def new_refresh_token() -> str:
@@ -213,6 +233,8 @@ def _decode(
     key = keys.key_for(token)
     if key is None:
         raise InvalidTokenError("token names no key of this service", permanent=True)
+    if key.algorithm == ES256:
+        _check_low_s(token)
     try:
         # The key's one algorithm is pinned: a token naming any other, "none" included,
         # fails. No leeway: a token is expired from the second its exp names. PyJWT's
@@ -240,6 +262,23 @@ def _decode(
     _check_unique_claims(token, claims)
     _check_not_in_future(claims, clock_skew)
     return claims
+
+
+def _check_low_s(token: str) -> None:
+    """Refuse an ES256 signature in any form but low-S, or with r or s out of range.
+
+    The twin (r, n - s) of a signature verifies too, and anyone holding a token can
+    write it: without this check one token would have two texts, each its own entry
+    in any list or cache keyed on the token's text. The keys sign in low-S form only.
+    """
+    try:
+        signature = base64.urlsafe_b64decode(token.rpartition(".")[2] + "==")
+    except ValueError:  # binascii.Error (a bad length) or a character that is not ASCII
+        raise InvalidTokenError("signature is not base64url", permanent=True) from None
+    if not is_low_s(signature):
+        raise InvalidTokenError(
+            "ES256 signature is not in low-S form", BAD_SIGNATURE, permanent=True
+        )
 
 
 def _check_not_expired(claims: dict[str, Any]) -> None:

@@ -21,7 +21,17 @@ from tests.fixtures.servers import (  # noqa: E402
     wait_until,
 )
 from tests.fixtures.stores import STORE_BACKENDS, store_param, stored_contents  # noqa: E402
-from tests.fixtures.tokens import bearer, login, make_token, unsigned_token, valid_claims  # noqa: E402
+from tests.fixtures.tokens import (  # noqa: E402
+    P256_ORDER,
+    bearer,
+    ecdsa_twin,
+    es256_signature,
+    login,
+    make_token,
+    unsigned_token,
+    valid_claims,
+    with_es256_signature,
+)
 from tests.fixtures.tools import IN_CI, ROOT, require_tool, which  # noqa: E402
 
 pytest_plugins = [
@@ -33,11 +43,14 @@ pytest_plugins = [
 __all__ = [
     "DEFAULT_ALGORITHM",
     "IN_CI",
+    "P256_ORDER",
     "ROOT",
     "STORE_BACKENDS",
     "Gunicorn",
     "ServiceKey",
     "bearer",
+    "ecdsa_twin",
+    "es256_signature",
     "free_port",
     "fresh",
     "listening_socket",
@@ -51,4 +64,5 @@ __all__ = [
     "valid_claims",
     "wait_until",
     "which",
+    "with_es256_signature",
 ]

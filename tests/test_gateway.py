@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from app import tokens
 from app.keys import EXTENSION_KEY as KEY_RING
 from app.tokens import issue_cookie_token
-from app.views.gateway import header_text
+from app.views.gateway import cookie_identity, header_text
 from tests.conftest import bearer, login, make_token, valid_claims
 from tests.test_openapi import assert_documented, document_of
 
@@ -262,7 +262,7 @@ def test_a_cookie_token_passes_as_a_user_with_its_fields(cookie_client):
     exp = jwt.decode(token, options={"verify_signature": False})["exp"]
     response = check(with_cookie(cookie_client, token))
     assert (response.status_code, response.data) == (200, b"")
-    assert response.headers["X-Auth-Request-User"] == USER["id"]
+    assert response.headers["X-Auth-Request-User"] == "corp:248289761001"
     assert response.headers["X-Auth-Request-Source"] == "corp"
     assert response.headers["X-Auth-Request-Name"] == "Jane%20Doe"
     assert response.headers["X-Auth-Request-Groups"] == "user"
@@ -277,6 +277,45 @@ def test_absent_cookie_fields_send_no_header(cookie_client):
     assert "X-Auth-Request-User" not in response.headers
     assert "X-Auth-Request-Source" not in response.headers
     assert response.headers["X-Auth-Request-Name"] == "x"
+
+
+@pytest.mark.parametrize(
+    ("user", "identity"),
+    [
+        ({"source": "corp", "id": "admin"}, "corp:admin"),
+        ({"id": "admin"}, ":admin"),  # no source: an empty one, still no bare "admin"
+        ({"source": "", "id": "admin"}, ":admin"),
+        ({"source": "a:b", "id": "c"}, "a%3Ab:c"),  # a ":" inside is encoded: one bare ":"
+        ({"source": "a", "id": "b:c"}, "a:b%3Ac"),
+        ({"source": "corp", "id": ""}, "corp:"),
+    ],
+)
+def test_a_cookie_user_is_namespaced_by_its_source_and_never_a_local_one(
+    client, cookie_client, user, identity
+):
+    response = check(with_cookie(cookie_client, cookie_token(cookie_client, user)))
+    assert response.status_code == 200
+    assert response.headers["X-Auth-Request-User"] == identity
+    local_admin = check(client, headers=bearer(login(client, "admin")["accessToken"]))
+    assert local_admin.headers["X-Auth-Request-User"] == "admin"
+    local = check(client, headers=bearer(login(client, identity or "x")["accessToken"]))
+    assert local.headers["X-Auth-Request-User"] != identity  # "corp:admin" is "corp%3Aadmin"
+
+
+IDENTITY_PART = st.text(max_size=24)
+
+
+@given(source=st.one_of(st.none(), IDENTITY_PART), identifier=IDENTITY_PART, name=st.text())
+def test_a_cookie_identity_names_its_source_and_id_and_no_local_user(source, identifier, name):
+    user = {"id": identifier} if source is None else {"source": source, "id": identifier}
+    identity = cookie_identity(user)
+    assert identity is not None
+    assert set(identity) <= ENCODED | {":"}
+    encoded_source, bare, encoded_id = identity.partition(":")
+    assert bare == ":"
+    assert_safe_and_faithful(source or "", encoded_source)
+    assert_safe_and_faithful(identifier, encoded_id)
+    assert header_text(name) != identity  # a local username's header never has a bare ":"
 
 
 def test_a_float_exp_is_given_rounded_down(cookie_client, signing_key):
@@ -377,7 +416,9 @@ def test_a_shown_name_cannot_inject_a_header(cookie_client, name):
     assert response.headers.getlist("X-Auth-Request-Groups") == ["user"]
     assert_safe_and_faithful(name, response.headers["X-Auth-Request-Name"])
     assert_safe_and_faithful(user["source"], response.headers["X-Auth-Request-Source"])
-    assert_safe_and_faithful(user["id"], response.headers["X-Auth-Request-User"])
+    source, _, identifier = response.headers["X-Auth-Request-User"].partition(":")
+    assert_safe_and_faithful(user["source"], source)
+    assert_safe_and_faithful(user["id"], identifier)
 
 
 @settings(
@@ -389,7 +430,9 @@ def test_any_shown_name_and_id_reach_the_headers_safely(cookie_client, name, ide
     response = check(with_cookie(cookie_client, cookie_token(cookie_client, user)))
     assert response.status_code == 200
     assert_safe_and_faithful(name, response.headers["X-Auth-Request-Name"])
-    assert_safe_and_faithful(identifier, response.headers["X-Auth-Request-User"])
+    source, bare, encoded_id = response.headers["X-Auth-Request-User"].partition(":")
+    assert (source, bare) == ("corp", ":")
+    assert_safe_and_faithful(identifier, encoded_id)
 
 
 # --- the API document ----------------------------------------------------------------

@@ -613,7 +613,8 @@ def test_the_cookie_token_passes_same_site_requests_when_enabled(gateway):
     user = {"source": "corp", "id": "248289761001", "shownName": "Jane\r\nRemote-Groups: admin"}
     cookie = {"Cookie": f"jwt={gateway.cookie(user)}"}
     received = passed(gateway, "/browser", cookie)
-    assert headers_of(received, "X-Auth-Request-User") == ["248289761001"]
+    assert headers_of(received, "X-Auth-Request-User") == ["corp:248289761001"]
+    assert headers_of(received, "Remote-User") == ["corp:248289761001"]  # Authelia's name
     assert headers_of(received, "X-Auth-Request-Source") == ["corp"]
     assert headers_of(received, "X-Auth-Request-Name") == ["Jane%0D%0ARemote-Groups%3A%20admin"]
     assert headers_of(received, "Remote-Groups") == ["user"]

@@ -19,6 +19,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app import create_app
 from app.config import ConfigError
@@ -31,8 +33,25 @@ from app.keys import (
     new_private_key_pem,
     settings_key_ring,
 )
-from app.tokens import issue_cookie_token
-from tests.conftest import ROOT, bearer, free_port, fresh, login, make_token, valid_claims
+from app.tokens import (
+    InvalidTokenError,
+    issue_access_token,
+    issue_cookie_token,
+    verify_access_token,
+)
+from tests.conftest import (
+    P256_ORDER,
+    ROOT,
+    bearer,
+    ecdsa_twin,
+    es256_signature,
+    free_port,
+    fresh,
+    login,
+    make_token,
+    valid_claims,
+    with_es256_signature,
+)
 from tests.test_config import load_settings
 
 pytestmark = pytest.mark.store("sqlite")  # keys do not depend on the refresh-token store
@@ -404,6 +423,91 @@ def test_every_algorithm_confusion_is_401(client, signing_key, attack):
     assert status(client, forge(attack, signing_key, valid_claims(role="admin"))) == 401
     cookie = forge(attack, signing_key, {"sub": USER, "exp": valid_claims()["exp"]})
     assert cookie_status(client, cookie) == 401
+
+
+# --- ES256: one signature per token, its low-S form ---------------------------------------
+
+ES256_ONLY = pytest.mark.parametrize("signing_algorithm", ["ES256"], indirect=True)
+#: Tokens signed per kind: were the signer to return either form, all low-S by chance
+#: once in 2^300 runs.
+SIGNED_SAMPLES = 300
+
+
+def assert_401(response) -> None:
+    assert (response.status_code, response.data) == (401, b"Unauthorized")
+
+
+@ES256_ONLY
+def test_every_es256_token_the_service_signs_is_low_s(client, signing_key):
+    ring = signing_key.ring
+    signed = [issue_access_token("alice", "user", ring, 60) for _ in range(SIGNED_SAMPLES)]
+    signed += [issue_cookie_token(USER, ring, 60) for _ in range(SIGNED_SAMPLES)]
+    signed += [login(client)["accessToken"] for _ in range(20)]  # the app's own ring
+    for token in signed:
+        r, s = es256_signature(token)
+        assert 0 < r < P256_ORDER
+        assert 0 < s <= P256_ORDER // 2
+        assert jwt.PyJWS().decode(token, signing_key.public, ["ES256"])  # PyJWT verifies it
+
+
+@ES256_ONLY
+def test_the_high_s_twin_of_a_live_access_token_is_401_everywhere(make_app, signing_key):
+    client = make_app(AUTH_CHECK_COOKIE="on").test_client()
+    token = login(client, "admin")["accessToken"]
+    twin = ecdsa_twin(token)
+    assert twin != token
+    assert signing_key.decode(twin) == signing_key.decode(token)  # PyJWT alone takes it
+    for _ in range(2):  # the twin is refused before and after the token verified
+        for path in ("/user-accessible", "/admin-accessible"):
+            assert_401(client.get(path, headers=bearer(twin)))
+            assert client.get(path, headers=bearer(token)).status_code == 200
+        body = {"guestsCount": 2}
+        assert_401(client.post("/restaurant-reservation", json=body, headers=bearer(twin)))
+        reservation = client.post("/restaurant-reservation", json=body, headers=bearer(token))
+        assert reservation.status_code == 200
+        for query in ("", "?role=admin"):
+            assert_401(client.get(f"/auth/check{query}", headers=bearer(twin)))
+            assert client.get(f"/auth/check{query}", headers=bearer(token)).status_code == 200
+
+
+def signature_candidates(r0: int, s0: int) -> st.SearchStrategy[tuple[int, int]]:
+    """Return (r, s) pairs near a signature's own: its twin, each out of range by n,
+    the edges of the low half, and any 256-bit integers."""
+    n, top = P256_ORDER, 2**256 - 1
+    edges = [0, 1, n // 2, n // 2 + 1, n - 1, n, top]
+    rs = [r0, *(value for value in (r0 + n,) if value <= top), *edges]
+    ss = [s0, n - s0, *(value for value in (s0 + n, 2 * n - s0) if value <= top), *edges]
+    any_integer = st.integers(0, top)
+    return st.tuples(
+        st.one_of(st.sampled_from(rs), any_integer), st.one_of(st.sampled_from(ss), any_integer)
+    )
+
+
+@ES256_ONLY
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_an_es256_token_verifies_with_the_signature_its_signer_wrote_only(signing_key, data):
+    token = issue_access_token("alice", "user", signing_key.ring, 60)
+    r0, s0 = es256_signature(token)
+    if data.draw(st.booleans()):
+        r, s = data.draw(signature_candidates(r0, s0))
+        candidate = with_es256_signature(token, r, s)
+    else:  # any bytes at all, of any length
+        raw = data.draw(st.binary(max_size=96))
+        encoded = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        candidate = f"{token.rpartition('.')[0]}.{encoded}"
+    try:
+        verify_access_token(candidate, signing_key.ring)
+    except InvalidTokenError:
+        assert candidate != token
+    else:
+        assert candidate == token
 
 
 # --- key files ---------------------------------------------------------------------------

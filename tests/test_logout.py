@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import jwt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,8 +14,8 @@ from app import tokens
 from app.keys import EXTENSION_KEY as KEY_RING
 from app.store import token_digest
 from app.third_party_login.cross_site import origin_of
-from app.tokens import issue_access_token, issue_cookie_token
-from tests.conftest import bearer, free_port, make_token
+from app.tokens import issue_access_token, issue_cookie_token, logout_digest
+from tests.conftest import bearer, ecdsa_twin, free_port, make_token
 from tests.test_store import Clock
 
 USER = {"source": "corp", "id": "248289761001", "shownName": "Jane Doe"}
@@ -177,11 +178,74 @@ def test_the_deny_entry_lasts_until_the_tokens_exp_and_the_clock_skew(app, clien
     token = cookie_token(app, lifetime=600)
     exp = int(store.clock()) + 600  # issued in this second (the Clock's is a whole one)
     assert logout(client, token).status_code == 204
-    digest, skew = token_digest(token), app.config["SETTINGS"].clock_skew
+    digests, skew = (logout_digest(token), token_digest(token)), app.config["SETTINGS"].clock_skew
     store.clock.advance(exp + skew - store.clock() - 0.5)
-    assert store.is_denied(digest) is True
+    assert [store.is_denied(digest) for digest in digests] == [True, True]
     store.clock.advance(0.5)  # the token has expired on every host: the entry with it
-    assert store.is_denied(digest) is False
+    assert [store.is_denied(digest) for digest in digests] == [False, False]
+
+
+ES256_ONLY = pytest.mark.parametrize("signing_algorithm", ["ES256"], indirect=True)
+
+
+def cookie_answers(app, token: str) -> tuple[int, int]:
+    """Return the status of /api/v1/me and of /auth/check (AUTH_CHECK_COOKIE) for ``token``."""
+    client = app.test_client()
+    client.set_cookie("jwt", token)
+    return client.get("/api/v1/me").status_code, client.get("/auth/check").status_code
+
+
+@ES256_ONLY
+def test_the_twin_of_a_cookie_token_is_401_everywhere_live_or_logged_out(make_app, signing_key):
+    first, second = make_app(AUTH_CHECK_COOKIE="on"), make_app(AUTH_CHECK_COOKIE="on")
+    token = cookie_token(first)
+    twin = ecdsa_twin(token)  # what a thief of the cookie can write without the key
+    assert twin != token
+    assert jwt.PyJWS().decode(twin, signing_key.public, ["ES256"])  # PyJWT alone takes it
+    assert cookie_answers(first, token) == (200, 200)
+    assert cookie_answers(second, twin) == (401, 401)  # while the token is live
+    assert logout(first.test_client(), token).status_code == 204
+    for app in (first, second):  # two workers or hosts on one store
+        assert cookie_answers(app, token) == (401, 401)
+        assert cookie_answers(app, twin) == (401, 401)
+
+
+@ES256_ONLY
+def test_the_deny_list_alone_refuses_the_twin_of_a_logged_out_token(make_app, monkeypatch):
+    monkeypatch.setattr(tokens, "is_low_s", lambda signature: True)  # a high S verifies
+    app = make_app(AUTH_CHECK_COOKIE="on")
+    token = cookie_token(app)
+    twin = ecdsa_twin(token)
+    assert cookie_answers(app, twin) == (200, 200)
+    assert logout(app.test_client(), token).status_code == 204
+    assert cookie_answers(app, twin) == (401, 401)
+
+
+@ES256_ONLY
+def test_a_logout_denies_the_signing_input_which_no_signature_changes(app, client):
+    token = cookie_token(app)
+    store = app.extensions["token_store"]
+    assert logout(client, token).status_code == 204
+    assert logout_digest(ecdsa_twin(token)) == logout_digest(token)
+    assert store.is_denied(logout_digest(token)) is True
+    # and the digests of the whole texts, which hosts of the release before look up
+    assert store.is_denied(token_digest(token)) is True
+    assert store.is_denied(token_digest(ecdsa_twin(token))) is True
+
+
+@pytest.mark.parametrize(
+    ("signing_algorithm", "denied_text"),
+    [("HS256", "token"), ("ES256", "token"), ("ES256", "twin")],
+    indirect=["signing_algorithm"],
+)
+def test_a_deny_entry_of_the_release_before_still_refuses_its_token(app, client, denied_text):
+    token, other = cookie_token(app), cookie_token(app)
+    # That release denied the whole text's digest, and signed either ES256 form: the
+    # token it logged out may be the high-S twin of the one presented now.
+    text = token if denied_text == "token" else ecdsa_twin(token)
+    app.extensions["token_store"].deny(token_digest(text), time.time() + 600)
+    assert me(client, token).status_code == 401
+    assert me(client, other).status_code == 200
 
 
 @pytest.mark.parametrize("cookie", [None, "not.a.token", "expired"])
@@ -191,6 +255,7 @@ def test_a_logout_without_a_valid_cookie_token_denies_nothing(app, client, cooki
     assert logout(client, cookie).status_code == 204
     store = app.extensions["token_store"]
     assert store.is_denied(token_digest(cookie or "")) is False
+    assert store.is_denied(logout_digest(cookie or "")) is False
 
 
 @pytest.mark.own_store

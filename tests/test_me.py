@@ -9,7 +9,7 @@ import pytest
 from app.tokens import issue_cookie_token
 from tests.conftest import bearer, login, make_token, unsigned_token
 
-pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
 
 USER = {"source": "corp", "id": "248289761001", "shownName": "Jane Doe"}
 

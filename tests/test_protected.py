@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from app import tokens
 from tests.conftest import ServiceKey, bearer, login, make_token, unsigned_token, valid_claims
 
-pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
 
 ENDPOINTS = [
     ("get", "/user-accessible", {}),

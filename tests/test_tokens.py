@@ -28,7 +28,7 @@ from app.tokens import (
 )
 from tests.conftest import make_token, valid_claims
 
-pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
+pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
 
 
 @pytest.fixture

@@ -120,6 +120,20 @@ def header_text(value: str) -> str:
     return quote(value, safe="@", errors="surrogatepass")
 
 
+def cookie_identity(user: dict[str, str]) -> str | None:
+    """Return the X-Auth-Request-User of a cookie token's user: ``<source>:<id>``, or None
+    when the token names no id.
+
+    Each part is ``header_text``, which writes a ``:`` as ``%3A``: the one bare ``:`` is
+    the separator, and a local username (a Bearer token's, never namespaced) has none, so
+    no provider's user can pass for a local one, nor one provider's for another's. A
+    missing source is written as an empty one.
+    """
+    if "id" not in user:
+        return None
+    return f"{header_text(user.get('source', ''))}:{header_text(user['id'])}"
+
+
 def _parsed_roles() -> tuple[str, ...] | None:
     """Return the role a query spelled otherwise names (``role=%61dmin``), or None."""
     arguments = request.args
@@ -159,7 +173,10 @@ def _cookie_check(required: tuple[str, ...], cache_seconds: int) -> Response:
         ("X-Auth-Request-Expires", str(expires_at)),
         NO_STORE,
     ]
-    for field, name in (("id", "User"), ("source", "Source"), ("shownName", "Name")):
+    identity = cookie_identity(user)
+    if identity is not None:
+        headers.append(("X-Auth-Request-User", identity))
+    for field, name in (("source", "Source"), ("shownName", "Name")):
         if field in user:
             headers.append((f"X-Auth-Request-{name}", header_text(user[field])))
     if cache_seconds:
