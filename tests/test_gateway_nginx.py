@@ -419,6 +419,8 @@ ADMIN_SPELLINGS = [
     "/x%2f..%2fadmin/panel",
     "/x/..%5Cadmin/panel",
     "/x/..%5cadmin/panel",
+    "/..%3B/admin/panel",
+    "/x/..%3b/admin/panel",
     "/x\\..\\admin\\panel",
     "/x/..\\admin/panel",
     "/x/%252e%252e/admin/panel",
@@ -475,7 +477,9 @@ def test_ordinary_paths_still_pass_for_users(gateway):
 #: How an upstream may read each piece of /admin/panel: the separators, a detour that
 #: resolves to nothing, each letter of "admin", and `;` parameters.
 SEPARATORS = st.sampled_from(["/", "//", "%2F", "%2f", "\\", "%5C", "%5c"])
-DETOURS = st.sampled_from(["", "./", "x/../", "x/..;/", "x/%2e%2e/", "x/.%2E/", "%2e/", ";/"])
+DETOURS = st.sampled_from(
+    ["", "./", "x/../", "x/..;/", "x/..%3B/", "x/%2e%2e/", "x/.%2E/", "%2e/", ";/"]
+)
 PARAMETERS = st.sampled_from(["", ";", ";jsessionid=1", ";x=%2F"])
 
 

@@ -61,6 +61,7 @@ def site_config(
         ("listen 80;", f"listen 127.0.0.1:{nginx_port};"),
         ("server 127.0.0.1:8080;", f"server 127.0.0.1:{backend_port};"),
         ("/var/log/nginx/token-service.access.log", str(access_log)),
+        ("/var/log/nginx/error.log", str(access_log.parent / "error.log")),
     ]
     if metrics_network is not None:
         replacements.append(("allow 127.0.0.0/8;", f"allow {metrics_network};"))
@@ -443,6 +444,8 @@ def test_revocations_are_refused_by_nginx_after_their_burst_in_any_spelling(prox
     time.sleep(0.2)
     assert logged() == passed_in_all
     assert request_from("127.0.0.30", proxy.port, "DELETE", path)[0] == 204  # another client
+    # nginx's error log writes a refused request's whole line: never with the token in it.
+    assert "x" * 42 not in (proxy.access_log.parent / "error.log").read_text()
 
 
 # --- /metrics for the internal network only -----------------------------------------
