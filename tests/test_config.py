@@ -7,8 +7,11 @@ import os
 import stat
 import subprocess
 import sys
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import app.config
 from app import create_app
@@ -543,3 +546,39 @@ def test_the_bounded_edit_count_agrees_with_the_full_one_up_to_its_limit(first, 
     for limit in range(4):
         bounded = edits(first, second, limit)
         assert bounded == full if full <= limit else bounded > limit
+
+
+# --- a PostgreSQL URL's password -------------------------------------------------------
+
+#: Password characters that keep libpq's parse inside the URL's authority (a /, ? or #
+#: ends it, and such a URL is refused for its port or its database).
+PASSWORD_CHARACTERS = st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="/?#")
+
+
+@given(
+    st.text(PASSWORD_CHARACTERS, max_size=20),
+    st.text(PASSWORD_CHARACTERS, min_size=1, max_size=20),
+)
+def test_a_postgres_password_with_a_bare_at_sign_is_refused_without_showing_it(head, tail):
+    password = f"{head}@{tail}"
+    url = f"postgresql://tokens:{password}@db.internal:5432/tokens"
+    with pytest.raises(ConfigError) as raised:
+        Settings.load({"TOKEN_STORE_URL": url}, environ={})
+    assert str(raised.value) == (
+        "TOKEN_STORE_URL is not a usable PostgreSQL URL: check the host, the port, the"
+        " database, the query parameters, and that a password with / : @ % is percent-encoded"
+    )
+    encoded = f"postgresql://tokens:{quote(password, safe='')}@db.internal:5432/tokens"
+    assert Settings.load({"TOKEN_STORE_URL": encoded}, environ={}).token_store_url == encoded
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://tokens:p%40ss@[::1]:5432/tokens",
+        "postgresql:///tokens?host=/run/postgresql",
+        "postgresql://db1.internal,db2.internal:5432,5433/tokens",
+    ],
+)
+def test_a_postgres_url_with_a_plain_host_is_accepted(url):
+    assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url

@@ -106,9 +106,14 @@ def postgres_url(name: str, value: str) -> str:
     from psycopg.conninfo import conninfo_to_dict  # only deployments on PostgreSQL need it
 
     try:
-        ports = str(conninfo_to_dict(value).get("port") or "").split(",")
+        parts = conninfo_to_dict(value)
+        ports = str(parts.get("port") or "").split(",")
         if not all(port == "" or (port.isdigit() and 0 < int(port) < 65_536) for port in ports):
             raise ValueError("not a port")  # libpq reads it only when it connects
+        # libpq ends the user-info at the first @: the tail of a password holding another
+        # one would become the host, shown in every log line and sent to DNS
+        if any(char in str(parts.get(key) or "") for key in ("host", "hostaddr") for char in "@[]"):
+            raise ValueError("user-info in the host")
     except Exception:  # libpq's message may quote part of the password: not shown
         raise ConfigError(
             f"{name} is not a usable PostgreSQL URL: check the host, the port, the"
