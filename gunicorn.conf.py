@@ -19,6 +19,7 @@ from app.keys import settings_key_ring
 from app.logging_config import ServiceGunicornLogger, logging_config
 from app.metrics_scrape import fresh_multiprocess_folder
 from app.private_apis import refuse_new_connections_when_stopping
+from app.proxy import everyone_trusted_warning
 
 try:
     settings = prepare_instance(Settings.load())
@@ -99,7 +100,10 @@ def reachable_addresses(server: Any) -> list[str]:
 
 
 def when_ready(server: Any) -> None:
-    """Warn once per start, in the master, of a login that checks no password, or all."""
+    """Warn once per start, in the master, of a login that checks no password, or all, and
+    of trusted proxies that are every address."""
+    if warning := everyone_trusted_warning(settings.trusted_proxies):
+        server.log.warning(warning)
     if settings.users_file is None:
         server.log.warning(
             "USERS_FILE is not set: /login accepts any username with any password (SPEC.md's"

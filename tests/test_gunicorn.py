@@ -410,3 +410,16 @@ def test_an_open_login_on_a_network_address_is_warned_of_at_start(tmp_path, env,
     assert len(loud) == (1 if warned else 0), result.stdout
     if warned:
         assert "anyone who can reach this host can get an admin token" in loud[0]
+
+
+@pytest.mark.parametrize(("proxies", "warned"), [("0.0.0.0/0", True), ("127.0.0.1/32,::1", False)])
+def test_trusted_proxies_of_every_address_are_warned_of_at_start(tmp_path, proxies, warned):
+    env = {"TRUSTED_PROXIES": proxies, "USERS_FILE": str(tmp_path / "users.json")}
+    result = subprocess.run(
+        [sys.executable, "-c", WHEN_READY],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "INSTANCE_PATH": str(tmp_path / "i"), **env},
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    everyone = [line for line in result.stdout.splitlines() if "trusts every address" in line]
+    assert len(everyone) == (1 if warned else 0), result.stdout

@@ -164,18 +164,37 @@ def rate_limits(name: str, value: str) -> tuple[RateLimitItem, ...]:
 
 
 def networks(name: str, value: str) -> tuple[IPNetwork, ...]:
+    """Parse addresses and networks as the client addresses they are matched with are read
+    (``app.proxy.parse_address``): an IPv4-mapped IPv6 one is its IPv4 address, and one
+    with a zone id, which no client address carries, is refused."""
     found = []
     for item in (item.strip() for item in value.split(",")):
         if not item:
             continue
+        if "%" in item:
+            zone = item[item.index("%") :].split("/")[0]
+            raise ConfigError(
+                f"{name}: {item!r} has a zone id ({zone}), which no client's address carries,"
+                " so it would never match; give the address without it"
+            )
         try:
-            found.append(ipaddress.ip_network(item))
+            found.append(unmapped_network(ipaddress.ip_network(item)))
         except ValueError:
             raise ConfigError(
                 f"{name} must be comma-separated addresses or networks"
                 f" (e.g. 127.0.0.0/8, ::1, 10.0.0.0/8), got {item!r}"
             ) from None
     return tuple(found)
+
+
+def unmapped_network(network: IPNetwork) -> IPNetwork:
+    """Return an IPv4-mapped IPv6 network (``::ffff:10.0.0.0/104``) as its IPv4 network."""
+    if not isinstance(network, ipaddress.IPv6Network) or network.prefixlen < 96:
+        return network
+    mapped = network.network_address.ipv4_mapped
+    if mapped is None:
+        return network
+    return ipaddress.IPv4Network((mapped, network.prefixlen - 96))
 
 
 def absolute_path(name: str, value: str) -> str:
