@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from urllib.parse import quote
 
 import pytest
@@ -279,7 +280,39 @@ def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
             {"INSTANCE_PATH": instance, "SIGNING_SECERT": "s" * 48},
             "SIGNING_SECERT is not a setting: did you mean SIGNING_SECRET?",
         ),
+        "instance folder writable by others": (
+            {"INSTANCE_PATH": str(shared_folder(tmp_path / "shared"))},
+            f"INSTANCE_PATH {tmp_path / 'shared'} is writable by other users (mode 0777):"
+            " chmod 700 it",
+        ),
+        "secret of another user": (
+            {"INSTANCE_PATH": str(foreign_secret(tmp_path / "foreign"))},
+            f"the signing secret {tmp_path / 'foreign' / 'signing_secret'} is owned by another"
+            f" user (uid {OTHER_UID}), not by this one (uid {os.geteuid()}): chown it to the"
+            " service's user",
+        ),
     }
+
+
+#: A user id that is not the tests' own (they run as root).
+OTHER_UID = 4242
+
+
+def shared_folder(path):
+    """Make ``path`` a folder anyone may write, as a folder prepared by another user is."""
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+def foreign_secret(path):
+    """Make ``path`` a private folder whose secret another user put there."""
+    path.mkdir(mode=0o700)
+    secret = path / "signing_secret"
+    secret.write_text("chosen-by-another-user-" + "x" * 40 + "\n")
+    secret.chmod(0o600)
+    os.chown(secret, OTHER_UID, -1)
+    return path
 
 
 START_UP_CASES = [
@@ -293,6 +326,8 @@ START_UP_CASES = [
     "admin longer than any username",
     "a key file that holds no key",
     "a misspelled setting",
+    "instance folder writable by others",
+    "secret of another user",
 ]
 
 
@@ -315,6 +350,94 @@ def test_a_start_up_problem_is_one_line_and_exit_status_1(tmp_path, case, comman
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"configuration error: {line}")
     assert not (tmp_path / "no").exists()  # no folder tree is made for a store
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777])
+def test_an_instance_folder_others_may_write_refuses_to_start(tmp_path, mode):
+    folder = tmp_path / "instance"
+    folder.mkdir()
+    folder.chmod(mode)
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"INSTANCE_PATH": str(folder)})
+    assert str(raised.value) == (
+        f"INSTANCE_PATH {folder} is writable by other users (mode {mode:04o}): chmod 700 it"
+    )
+    assert not (folder / "signing_secret").exists()  # nothing written into it
+
+
+def test_an_instance_folder_of_another_user_refuses_to_start(tmp_path):
+    folder = tmp_path / "instance"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, OTHER_UID, -1)
+    with pytest.raises(ConfigError, match=rf"^INSTANCE_PATH {folder} is owned by another user"):
+        load_settings({"INSTANCE_PATH": str(folder)})
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o620, 0o602])
+def test_a_secret_others_may_write_refuses_to_start(tmp_path, mode):
+    secret = tmp_path / "signing_secret"
+    secret.write_text("s" * 48 + "\n")
+    secret.chmod(mode)
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"INSTANCE_PATH": str(tmp_path)})
+    assert str(raised.value) == (
+        f"the signing secret {secret} is writable by other users (mode {mode:04o}): chmod 600 it"
+    )
+
+
+def test_a_secret_that_is_a_link_is_never_followed(tmp_path):
+    chosen = tmp_path / "chosen"
+    chosen.write_text("s" * 48 + "\n")
+    chosen.chmod(0o600)
+    folder = tmp_path / "instance"
+    folder.mkdir(mode=0o700)
+    (folder / "signing_secret").symlink_to(chosen)
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"INSTANCE_PATH": str(folder)})
+    assert str(raised.value) == (
+        f"the signing secret {folder / 'signing_secret'} cannot be created or read: it is a"
+        " symbolic link"
+    )
+
+
+def test_a_secret_that_is_a_fifo_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "signing_secret"
+    os.mkfifo(fifo, 0o600)
+    refused: list[str] = []
+
+    def load() -> None:
+        with pytest.raises(ConfigError) as raised:
+            load_settings({"INSTANCE_PATH": str(tmp_path)})
+        refused.append(str(raised.value))
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # waiting for a writer: be one, so that the thread ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading the secret waited on a FIFO")
+    assert refused == [f"the signing secret {fifo} is not a regular file"]
+
+
+@pytest.mark.parametrize("algorithm", ["EdDSA", "ES256"])
+def test_a_generated_key_file_of_another_user_refuses_to_start(tmp_path, algorithm):
+    load_settings({"INSTANCE_PATH": str(tmp_path), "SIGNING_ALGORITHM": algorithm})
+    key_file = tmp_path / app.config.KEY_FILE_NAMES[algorithm]
+    os.chown(key_file, OTHER_UID, -1)
+    with pytest.raises(ConfigError, match=rf"^the signing key {key_file} is owned by another"):
+        load_settings({"INSTANCE_PATH": str(tmp_path), "SIGNING_ALGORITHM": algorithm})
+
+
+def test_the_folder_and_secret_made_under_a_usual_umask_pass(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        first = load_settings({"INSTANCE_PATH": str(tmp_path / "made")})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "made").stat().st_mode) == 0o700
+    assert load_settings({"INSTANCE_PATH": str(tmp_path / "made")}).signing_secret == (
+        first.signing_secret
+    )
 
 
 def test_an_unwritable_instance_folder_refuses_to_start(tmp_path, monkeypatch):
