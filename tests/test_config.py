@@ -285,6 +285,14 @@ def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
             f"INSTANCE_PATH {tmp_path / 'shared'} is writable by other users (mode 0777):"
             " chmod 700 it",
         ),
+        "a bind beyond loopback": (
+            {"INSTANCE_PATH": instance, "HOST": "0.0.0.0"},
+            BEYOND_LOOPBACK.format(host="0.0.0.0"),
+        ),
+        "an open login behind a proxy": (
+            {"INSTANCE_PATH": instance, "TRUSTED_PROXIES": "127.0.0.1/32,::1"},
+            OPEN_BEHIND_A_PROXY.format(reach="TRUSTED_PROXIES is set"),
+        ),
         "secret of another user": (
             {"INSTANCE_PATH": str(foreign_secret(tmp_path / "foreign"))},
             f"the signing secret {tmp_path / 'foreign' / 'signing_secret'} is owned by another"
@@ -328,6 +336,8 @@ START_UP_CASES = [
     "a misspelled setting",
     "instance folder writable by others",
     "secret of another user",
+    "a bind beyond loopback",
+    "an open login behind a proxy",
 ]
 
 
@@ -468,7 +478,75 @@ def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
     "host", ["127.0.0.1", "::1", "[::1]", "0.0.0.0", "localhost", "svc.internal"]
 )
 def test_host_setting_accepts_addresses_and_names(host):
-    assert load_settings({"HOST": host}).host == host.strip("[]")
+    settings = load_settings({"HOST": host, "BEHIND_PROXY": "true", "OPEN_LOGIN": "true"})
+    assert settings.host == host.strip("[]")
+
+
+#: The line a bind beyond loopback stops the service with, unless BEHIND_PROXY=true.
+BEYOND_LOOPBACK = (
+    "HOST={host} listens beyond loopback, but gunicorn has no header timeout (a few clients"
+    " that send their headers slowly stall it): put a proxy that reads the headers itself in"
+    " front (nginx, an ingress) and set BEHIND_PROXY=true, or keep HOST=127.0.0.1"
+)
+
+
+@given(st.ip_addresses())
+def test_only_a_loopback_host_starts_without_a_proxy_in_front(address):
+    loopback = (getattr(address, "ipv4_mapped", None) or address).is_loopback
+    host = str(address)
+    if loopback:
+        assert Settings.load({"HOST": host}, environ={}).host == host
+    else:
+        with pytest.raises(ConfigError) as raised:
+            Settings.load({"HOST": host}, environ={})
+        assert str(raised.value) == BEYOND_LOOPBACK.format(host=host)
+    behind = {"HOST": host, "BEHIND_PROXY": "true", "USERS_FILE": "/srv/users.json"}
+    assert Settings.load(behind, environ={}).behind_proxy is True
+
+
+@pytest.mark.parametrize("host", ["svc.internal", "localhost.example", "0.0.0.0", "::"])
+def test_a_host_name_or_any_address_is_beyond_loopback(host):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load({"HOST": host}, environ={})
+    assert str(raised.value) == BEYOND_LOOPBACK.format(host=host)
+
+
+#: The line an open login behind a proxy stops the service with, unless OPEN_LOGIN=true.
+OPEN_BEHIND_A_PROXY = (
+    "{reach}, but USERS_FILE is not set: anyone who reaches the proxy can log in as any user,"
+    " admin included; set USERS_FILE (then flask users add NAME), or OPEN_LOGIN=true to"
+    " allow that open login"
+)
+
+
+@pytest.mark.parametrize(
+    ("settings", "reach"),
+    [
+        ({"TRUSTED_PROXIES": "127.0.0.1/32,::1"}, "TRUSTED_PROXIES is set"),
+        ({"TRUSTED_PROXIES": "10.0.0.0/8", "BEHIND_PROXY": "true"}, "TRUSTED_PROXIES is set"),
+        ({"BEHIND_PROXY": "true"}, "BEHIND_PROXY is true"),
+        ({"BEHIND_PROXY": "true", "HOST": "0.0.0.0"}, "BEHIND_PROXY is true"),
+        ({"TRUSTED_PROXIES": "127.0.0.1", "OPEN_LOGIN": "false"}, "TRUSTED_PROXIES is set"),
+    ],
+)
+def test_an_open_login_behind_a_proxy_needs_open_login_said(settings, reach):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load(settings, environ={})
+    assert str(raised.value) == OPEN_BEHIND_A_PROXY.format(reach=reach)
+    allowed = Settings.load({**settings, "OPEN_LOGIN": "true"}, environ={})
+    assert (allowed.open_login, allowed.users_file) == (True, None)
+    checked = Settings.load({**settings, "USERS_FILE": "/srv/users.json"}, environ={})
+    assert (checked.open_login, checked.users_file) == (False, "/srv/users.json")
+
+
+def test_make_run_on_loopback_needs_no_new_setting():
+    settings = Settings.load(environ={})
+    assert (settings.host, settings.behind_proxy, settings.open_login) == (
+        "127.0.0.1",
+        False,
+        False,
+    )
+    assert settings.users_file is None  # SPEC.md's open login, on this machine only
 
 
 @pytest.mark.parametrize("host", ["", "a b", "1.2.3.4:80", "-x", "http://x"])
@@ -545,7 +623,11 @@ def test_bad_refresh_token_settings_refuse_to_start(overrides, message):
 
 def test_trusted_proxies_are_addresses_and_networks():
     settings = load_settings(
-        {"TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,", "TRUSTED_PROXY_PREFIX": "true"}
+        {
+            "TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,",
+            "TRUSTED_PROXY_PREFIX": "true",
+            "OPEN_LOGIN": "true",
+        }
     )
     assert [str(network) for network in settings.trusted_proxies] == [
         "127.0.0.1/32",

@@ -171,9 +171,12 @@ def provider() -> Iterator[HostileProvider]:
     ("settings", "callback"),
     [
         ({}, "http://localhost/auth/corp/callback"),
-        ({"TRUSTED_PROXIES": NGINX}, "https://auth.example.com/auth/corp/callback"),
         (
-            {"TRUSTED_PROXIES": NGINX, "TRUSTED_PROXY_PREFIX": "true"},
+            {"TRUSTED_PROXIES": NGINX, "OPEN_LOGIN": "true"},
+            "https://auth.example.com/auth/corp/callback",
+        ),
+        (
+            {"TRUSTED_PROXIES": NGINX, "OPEN_LOGIN": "true", "TRUSTED_PROXY_PREFIX": "true"},
             "https://auth.example.com/sub/auth/corp/callback",
         ),
     ],
@@ -231,7 +234,7 @@ def test_no_warning_without_forwarded_for_from_loopback(make_app, caplog, header
 
 
 def test_a_trusted_proxy_is_never_warned_of(make_app, caplog):
-    client = make_app(TRUSTED_PROXIES="127.0.0.1/32").test_client()
+    client = make_app(TRUSTED_PROXIES="127.0.0.1/32", OPEN_LOGIN="true").test_client()
     caplog.set_level(logging.WARNING)
     client.get("/healthz", headers={"X-Forwarded-For": "203.0.113.9"})
     assert proxy_warnings(caplog) == []
@@ -279,7 +282,7 @@ def mapped_spellings(address: ipaddress.IPv4Address) -> list[str]:
 def test_an_ipv4_mapped_proxy_is_trusted_as_its_ipv4_network(address, length, spelling, offset):
     network = ipaddress.IPv4Network((address, length), strict=False)
     written = f"{mapped_spellings(network.network_address)[spelling]}/{96 + length}"
-    settings = Settings.load({"TRUSTED_PROXIES": written}, environ={})
+    settings = Settings.load({"TRUSTED_PROXIES": written, "OPEN_LOGIN": "true"}, environ={})
     assert settings.trusted_proxies == (network,)
     # a peer in the network, as gunicorn gives it (IPv4): its header is believed
     peer = str(network.network_address + offset % network.num_addresses)
@@ -312,7 +315,7 @@ def test_a_network_with_a_zone_id_is_refused_in_one_line(name, entry):
     ],
 )
 def test_a_trusted_network_of_every_address_is_accepted_and_warned_of(value, everyone):
-    settings = Settings.load({"TRUSTED_PROXIES": value}, environ={})
+    settings = Settings.load({"TRUSTED_PROXIES": value, "OPEN_LOGIN": "true"}, environ={})
     warning = everyone_trusted_warning(settings.trusted_proxies)
     if everyone is None:
         assert warning is None

@@ -226,6 +226,20 @@ def host(name: str, value: str) -> str:
     raise ConfigError(f"{name} must be an IP address or a host name, got {value!r}")
 
 
+def is_loopback_host(host: str) -> bool:
+    """Return whether ``host`` (as ``host`` returns it) is this machine only; a name other
+    than localhost may resolve to anything, so it is not."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
 def cookie_name(name: str, value: str) -> str:
     # RFC 6265 token: visible ASCII except separators
     if not value or any(
