@@ -112,7 +112,7 @@ def postgres_url(name: str, value: str) -> str:
             raise ValueError("not a port")  # libpq reads it only when it connects
         # libpq ends the user-info at the first @: the tail of a password holding another
         # one would become the host, shown in every log line and sent to DNS
-        if any(char in str(parts.get(key) or "") for key in ("host", "hostaddr") for char in "@[]"):
+        if any("@" in str(parts.get(key) or "") for key in ("host", "hostaddr")):
             raise ValueError("user-info in the host")
     except Exception:  # libpq's message may quote part of the password: not shown
         raise ConfigError(
