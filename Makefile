@@ -75,7 +75,7 @@ $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 
 # A plain command, so make starts gunicorn itself, with no shell between them: signals
 # reach it directly. A start-up error is its one line (then make's own, exit status 2).
-run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 in a container)
+run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 BEHIND_PROXY=true in a container)
 	@$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 # The suite on every core (pytest-xdist): each worker starts its own servers, on ports

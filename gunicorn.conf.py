@@ -24,6 +24,7 @@ from app.metrics_scrape import (
     own_multiprocess_folder,
 )
 from app.private_apis import refuse_new_connections_when_stopping
+from app.proxy import everyone_trusted_warning
 
 try:
     settings = prepare_instance(Settings.load())
@@ -105,19 +106,31 @@ def reachable_addresses(server: Any) -> list[str]:
 
 
 def when_ready(server: Any) -> None:
-    """Warn once per start, in the master, of a login that checks no password, or all."""
+    """Refuse, or warn once per start, in the master, of what clients beyond this host reach:
+    the bind itself (gunicorn's own, or one from GUNICORN_CMD_ARGS or systemd), a login
+    that checks no password, trusted proxies that are every address."""
+    reachable = reachable_addresses(server)
+    if reachable and not settings.behind_proxy:
+        on_exit(server)  # gunicorn calls it only once the main loop has started
+        sys.exit(
+            f"configuration error: listening on {', '.join(reachable)}, beyond loopback, but"
+            " gunicorn has no header timeout (a few clients that send their headers slowly"
+            " stall it): put a proxy that reads the headers itself in front (nginx, an"
+            " ingress) and set BEHIND_PROXY=true, or listen on loopback"
+        )
+    if warning := everyone_trusted_warning(settings.trusted_proxies):
+        server.log.warning(warning)
     if settings.users_file is None:
         server.log.warning(
             "USERS_FILE is not set: /login accepts any username with any password (SPEC.md's"
             " open login); set USERS_FILE and add users with `flask users add NAME`"
         )
-        reachable = reachable_addresses(server)
-        if reachable:
+        if settings.open_login and (reachable or settings.behind_proxy or settings.trusted_proxies):
             server.log.warning(
-                "WARNING: OPEN LOGIN ON THE NETWORK: listening on %s without USERS_FILE, so"
-                " anyone who can reach this host can get an admin token; set USERS_FILE, or"
-                " listen on loopback (HOST=127.0.0.1) behind a proxy",
-                ", ".join(reachable),
+                "WARNING: OPEN LOGIN: OPEN_LOGIN=true and no USERS_FILE, so anyone who reaches"
+                " %s can get an admin token; set USERS_FILE unless a system in front"
+                " authenticates every user",
+                ", ".join(reachable) if reachable else "the proxy in front",
             )
     elif not os.path.exists(settings.users_file):
         server.log.warning(

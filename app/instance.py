@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import secrets
 import sqlite3
@@ -64,7 +65,23 @@ def instance_folder(path: str) -> str:
         raise ConfigError(f"INSTANCE_PATH {path} cannot be created: {error.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"INSTANCE_PATH {path} is not writable by this user")
+    check_private(f"INSTANCE_PATH {path}", os.stat(path), "700")
     return path
+
+
+def check_private(name: str, status: os.stat_result, mode: str) -> None:
+    """Refuse what another user could have written: a file or folder of another owner, or
+    one that the group or others may write (a secret of their choosing would be trusted)."""
+    if status.st_uid != os.geteuid():
+        raise ConfigError(
+            f"{name} is owned by another user (uid {status.st_uid}), not by this one"
+            f" (uid {os.geteuid()}): chown it to the service's user"
+        )
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"{name} is writable by other users (mode {stat.S_IMODE(status.st_mode):04o}):"
+            f" chmod {mode} it"
+        )
 
 
 def check_sqlite_path(path: str) -> None:
@@ -112,17 +129,31 @@ def load_or_create_secret(instance_path: str) -> str:
     """
     path = os.path.join(instance_path, SECRET_FILE_NAME)
     try:
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             # Another process may win the race: then every process uses its secret.
             create_private_file(path, (secrets.token_urlsafe(48) + "\n").encode())
-        with open(path, encoding="utf-8") as handle:
+        with open(open_private(path), encoding="utf-8") as handle:
+            status = os.fstat(handle.fileno())  # of the file read, not of a name swapped since
+            if not stat.S_ISREG(status.st_mode):
+                raise ConfigError(f"the signing secret {path} is not a regular file")
+            check_private(f"the signing secret {path}", status, "600")
             secret = handle.read().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or type(error).__name__
+    except OSError as error:
+        reason = "it is a symbolic link" if error.errno == errno.ELOOP else error.strerror
         raise ConfigError(
             f"the signing secret {path} cannot be created or read: {reason}"
         ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"the signing secret {path} cannot be created or read: UnicodeDecodeError"
+        ) from None
     return parse.secret(f"the secret in {path}", secret)
+
+
+def open_private(path: str) -> int:
+    """Open ``path`` to read, never through a symbolic link (it could point anywhere another
+    user chose), and without waiting on a FIFO."""
+    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
 def load_or_create_key_file(instance_path: str, algorithm: SigningAlgorithm) -> str:
@@ -133,8 +164,17 @@ def load_or_create_key_file(instance_path: str, algorithm: SigningAlgorithm) -> 
     """
     path = os.path.join(instance_path, KEY_FILE_NAMES[algorithm])  # EdDSA and ES256 only
     try:
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             create_private_file(path, new_private_key_pem(algorithm))
+        descriptor = open_private(path)
+        try:
+            status = os.fstat(descriptor)
+        finally:
+            os.close(descriptor)
     except OSError as error:
-        raise ConfigError(f"the signing key {path} cannot be created: {error.strerror}") from None
+        reason = "it is a symbolic link" if error.errno == errno.ELOOP else error.strerror
+        raise ConfigError(f"the signing key {path} cannot be created or read: {reason}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise ConfigError(f"the signing key {path} is not a regular file")
+    check_private(f"the signing key {path}", status, "600")
     return path

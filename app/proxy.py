@@ -154,6 +154,18 @@ class UntrustedForwarding:
         )
 
 
+def everyone_trusted_warning(proxies: tuple[IPNetwork, ...]) -> str | None:
+    """Return the start-up warning for trusted networks that hold every address, or None."""
+    everyone = [str(network) for network in proxies if network.prefixlen == 0]
+    if not everyone:
+        return None
+    return (
+        f"TRUSTED_PROXIES holds {', '.join(everyone)}, which trusts every address: any"
+        " client can name any address in X-Forwarded-For, and escape its rate limit; list"
+        " only the proxies' own addresses (e.g. 127.0.0.1/32,::1 for nginx on this host)"
+    )
+
+
 def wrap_forwarded_headers(app: WSGIApp, proxies: tuple[IPNetwork, ...], prefix: bool) -> WSGIApp:
     """Return ``app`` wrapped in the middleware for the trusted proxies (or for none)."""
     if proxies:

@@ -7,8 +7,12 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import app.config
 from app import create_app
@@ -276,7 +280,47 @@ def _bad_start_up(tmp_path) -> dict[str, tuple[dict[str, str], str]]:
             {"INSTANCE_PATH": instance, "SIGNING_SECERT": "s" * 48},
             "SIGNING_SECERT is not a setting: did you mean SIGNING_SECRET?",
         ),
+        "instance folder writable by others": (
+            {"INSTANCE_PATH": str(shared_folder(tmp_path / "shared"))},
+            f"INSTANCE_PATH {tmp_path / 'shared'} is writable by other users (mode 0777):"
+            " chmod 700 it",
+        ),
+        "a bind beyond loopback": (
+            {"INSTANCE_PATH": instance, "HOST": "0.0.0.0"},
+            BEYOND_LOOPBACK.format(host="0.0.0.0"),
+        ),
+        "an open login behind a proxy": (
+            {"INSTANCE_PATH": instance, "TRUSTED_PROXIES": "127.0.0.1/32,::1"},
+            OPEN_BEHIND_A_PROXY.format(reach="TRUSTED_PROXIES is set"),
+        ),
+        "secret of another user": (
+            {"INSTANCE_PATH": str(foreign_secret(tmp_path / "foreign"))},
+            f"the signing secret {tmp_path / 'foreign' / 'signing_secret'} is owned by another"
+            f" user (uid {OTHER_UID}), not by this one (uid {os.geteuid()}): chown it to the"
+            " service's user",
+        ),
     }
+
+
+#: A user id that is not the tests' own (they run as root).
+OTHER_UID = 4242
+
+
+def shared_folder(path):
+    """Make ``path`` a folder anyone may write, as a folder prepared by another user is."""
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+def foreign_secret(path):
+    """Make ``path`` a private folder whose secret another user put there."""
+    path.mkdir(mode=0o700)
+    secret = path / "signing_secret"
+    secret.write_text("chosen-by-another-user-" + "x" * 40 + "\n")
+    secret.chmod(0o600)
+    os.chown(secret, OTHER_UID, -1)
+    return path
 
 
 START_UP_CASES = [
@@ -290,6 +334,10 @@ START_UP_CASES = [
     "admin longer than any username",
     "a key file that holds no key",
     "a misspelled setting",
+    "instance folder writable by others",
+    "secret of another user",
+    "a bind beyond loopback",
+    "an open login behind a proxy",
 ]
 
 
@@ -312,6 +360,94 @@ def test_a_start_up_problem_is_one_line_and_exit_status_1(tmp_path, case, comman
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"configuration error: {line}")
     assert not (tmp_path / "no").exists()  # no folder tree is made for a store
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777])
+def test_an_instance_folder_others_may_write_refuses_to_start(tmp_path, mode):
+    folder = tmp_path / "instance"
+    folder.mkdir()
+    folder.chmod(mode)
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"INSTANCE_PATH": str(folder)})
+    assert str(raised.value) == (
+        f"INSTANCE_PATH {folder} is writable by other users (mode {mode:04o}): chmod 700 it"
+    )
+    assert not (folder / "signing_secret").exists()  # nothing written into it
+
+
+def test_an_instance_folder_of_another_user_refuses_to_start(tmp_path):
+    folder = tmp_path / "instance"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, OTHER_UID, -1)
+    with pytest.raises(ConfigError, match=rf"^INSTANCE_PATH {folder} is owned by another user"):
+        load_settings({"INSTANCE_PATH": str(folder)})
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o620, 0o602])
+def test_a_secret_others_may_write_refuses_to_start(tmp_path, mode):
+    secret = tmp_path / "signing_secret"
+    secret.write_text("s" * 48 + "\n")
+    secret.chmod(mode)
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"INSTANCE_PATH": str(tmp_path)})
+    assert str(raised.value) == (
+        f"the signing secret {secret} is writable by other users (mode {mode:04o}): chmod 600 it"
+    )
+
+
+def test_a_secret_that_is_a_link_is_never_followed(tmp_path):
+    chosen = tmp_path / "chosen"
+    chosen.write_text("s" * 48 + "\n")
+    chosen.chmod(0o600)
+    folder = tmp_path / "instance"
+    folder.mkdir(mode=0o700)
+    (folder / "signing_secret").symlink_to(chosen)
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"INSTANCE_PATH": str(folder)})
+    assert str(raised.value) == (
+        f"the signing secret {folder / 'signing_secret'} cannot be created or read: it is a"
+        " symbolic link"
+    )
+
+
+def test_a_secret_that_is_a_fifo_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "signing_secret"
+    os.mkfifo(fifo, 0o600)
+    refused: list[str] = []
+
+    def load() -> None:
+        with pytest.raises(ConfigError) as raised:
+            load_settings({"INSTANCE_PATH": str(tmp_path)})
+        refused.append(str(raised.value))
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # waiting for a writer: be one, so that the thread ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading the secret waited on a FIFO")
+    assert refused == [f"the signing secret {fifo} is not a regular file"]
+
+
+@pytest.mark.parametrize("algorithm", ["EdDSA", "ES256"])
+def test_a_generated_key_file_of_another_user_refuses_to_start(tmp_path, algorithm):
+    load_settings({"INSTANCE_PATH": str(tmp_path), "SIGNING_ALGORITHM": algorithm})
+    key_file = tmp_path / app.config.KEY_FILE_NAMES[algorithm]
+    os.chown(key_file, OTHER_UID, -1)
+    with pytest.raises(ConfigError, match=rf"^the signing key {key_file} is owned by another"):
+        load_settings({"INSTANCE_PATH": str(tmp_path), "SIGNING_ALGORITHM": algorithm})
+
+
+def test_the_folder_and_secret_made_under_a_usual_umask_pass(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        first = load_settings({"INSTANCE_PATH": str(tmp_path / "made")})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "made").stat().st_mode) == 0o700
+    assert load_settings({"INSTANCE_PATH": str(tmp_path / "made")}).signing_secret == (
+        first.signing_secret
+    )
 
 
 def test_an_unwritable_instance_folder_refuses_to_start(tmp_path, monkeypatch):
@@ -342,7 +478,75 @@ def test_an_unwritable_store_folder_refuses_to_start(tmp_path, monkeypatch):
     "host", ["127.0.0.1", "::1", "[::1]", "0.0.0.0", "localhost", "svc.internal"]
 )
 def test_host_setting_accepts_addresses_and_names(host):
-    assert load_settings({"HOST": host}).host == host.strip("[]")
+    settings = load_settings({"HOST": host, "BEHIND_PROXY": "true", "OPEN_LOGIN": "true"})
+    assert settings.host == host.strip("[]")
+
+
+#: The line a bind beyond loopback stops the service with, unless BEHIND_PROXY=true.
+BEYOND_LOOPBACK = (
+    "HOST={host} listens beyond loopback, but gunicorn has no header timeout (a few clients"
+    " that send their headers slowly stall it): put a proxy that reads the headers itself in"
+    " front (nginx, an ingress) and set BEHIND_PROXY=true, or keep HOST=127.0.0.1"
+)
+
+
+@given(st.ip_addresses())
+def test_only_a_loopback_host_starts_without_a_proxy_in_front(address):
+    loopback = (getattr(address, "ipv4_mapped", None) or address).is_loopback
+    host = str(address)
+    if loopback:
+        assert Settings.load({"HOST": host}, environ={}).host == host
+    else:
+        with pytest.raises(ConfigError) as raised:
+            Settings.load({"HOST": host}, environ={})
+        assert str(raised.value) == BEYOND_LOOPBACK.format(host=host)
+    behind = {"HOST": host, "BEHIND_PROXY": "true", "USERS_FILE": "/srv/users.json"}
+    assert Settings.load(behind, environ={}).behind_proxy is True
+
+
+@pytest.mark.parametrize("host", ["svc.internal", "localhost.example", "0.0.0.0", "::"])
+def test_a_host_name_or_any_address_is_beyond_loopback(host):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load({"HOST": host}, environ={})
+    assert str(raised.value) == BEYOND_LOOPBACK.format(host=host)
+
+
+#: The line an open login behind a proxy stops the service with, unless OPEN_LOGIN=true.
+OPEN_BEHIND_A_PROXY = (
+    "{reach}, but USERS_FILE is not set: anyone who reaches the proxy can log in as any user,"
+    " admin included; set USERS_FILE (then flask users add NAME), or OPEN_LOGIN=true to"
+    " allow that open login"
+)
+
+
+@pytest.mark.parametrize(
+    ("settings", "reach"),
+    [
+        ({"TRUSTED_PROXIES": "127.0.0.1/32,::1"}, "TRUSTED_PROXIES is set"),
+        ({"TRUSTED_PROXIES": "10.0.0.0/8", "BEHIND_PROXY": "true"}, "TRUSTED_PROXIES is set"),
+        ({"BEHIND_PROXY": "true"}, "BEHIND_PROXY is true"),
+        ({"BEHIND_PROXY": "true", "HOST": "0.0.0.0"}, "BEHIND_PROXY is true"),
+        ({"TRUSTED_PROXIES": "127.0.0.1", "OPEN_LOGIN": "false"}, "TRUSTED_PROXIES is set"),
+    ],
+)
+def test_an_open_login_behind_a_proxy_needs_open_login_said(settings, reach):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load(settings, environ={})
+    assert str(raised.value) == OPEN_BEHIND_A_PROXY.format(reach=reach)
+    allowed = Settings.load({**settings, "OPEN_LOGIN": "true"}, environ={})
+    assert (allowed.open_login, allowed.users_file) == (True, None)
+    checked = Settings.load({**settings, "USERS_FILE": "/srv/users.json"}, environ={})
+    assert (checked.open_login, checked.users_file) == (False, "/srv/users.json")
+
+
+def test_make_run_on_loopback_needs_no_new_setting():
+    settings = Settings.load(environ={})
+    assert (settings.host, settings.behind_proxy, settings.open_login) == (
+        "127.0.0.1",
+        False,
+        False,
+    )
+    assert settings.users_file is None  # SPEC.md's open login, on this machine only
 
 
 @pytest.mark.parametrize("host", ["", "a b", "1.2.3.4:80", "-x", "http://x"])
@@ -419,7 +623,11 @@ def test_bad_refresh_token_settings_refuse_to_start(overrides, message):
 
 def test_trusted_proxies_are_addresses_and_networks():
     settings = load_settings(
-        {"TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,", "TRUSTED_PROXY_PREFIX": "true"}
+        {
+            "TRUSTED_PROXIES": " 127.0.0.1/32, ::1 ,10.1.0.0/16,",
+            "TRUSTED_PROXY_PREFIX": "true",
+            "OPEN_LOGIN": "true",
+        }
     )
     assert [str(network) for network in settings.trusted_proxies] == [
         "127.0.0.1/32",
@@ -543,3 +751,39 @@ def test_the_bounded_edit_count_agrees_with_the_full_one_up_to_its_limit(first, 
     for limit in range(4):
         bounded = edits(first, second, limit)
         assert bounded == full if full <= limit else bounded > limit
+
+
+# --- a PostgreSQL URL's password -------------------------------------------------------
+
+#: Password characters that keep libpq's parse inside the URL's authority (a /, ? or #
+#: ends it, and such a URL is refused for its port or its database).
+PASSWORD_CHARACTERS = st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="/?#")
+
+
+@given(
+    st.text(PASSWORD_CHARACTERS, max_size=20),
+    st.text(PASSWORD_CHARACTERS, min_size=1, max_size=20),
+)
+def test_a_postgres_password_with_a_bare_at_sign_is_refused_without_showing_it(head, tail):
+    password = f"{head}@{tail}"
+    url = f"postgresql://tokens:{password}@db.internal:5432/tokens"
+    with pytest.raises(ConfigError) as raised:
+        Settings.load({"TOKEN_STORE_URL": url}, environ={})
+    assert str(raised.value) == (
+        "TOKEN_STORE_URL is not a usable PostgreSQL URL: check the host, the port, the"
+        " database, the query parameters, and that a password with / : @ % is percent-encoded"
+    )
+    encoded = f"postgresql://tokens:{quote(password, safe='')}@db.internal:5432/tokens"
+    assert Settings.load({"TOKEN_STORE_URL": encoded}, environ={}).token_store_url == encoded
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://tokens:p%40ss@[::1]:5432/tokens",
+        "postgresql:///tokens?host=/run/postgresql",
+        "postgresql://db1.internal,db2.internal:5432,5433/tokens",
+    ],
+)
+def test_a_postgres_url_with_a_plain_host_is_accepted(url):
+    assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url

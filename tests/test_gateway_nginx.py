@@ -240,6 +240,7 @@ def service_environment(instance: Path, **settings: str) -> dict[str, str]:
         "INSTANCE_PATH": str(instance),
         "LOG_LEVEL": "INFO",
         "TRUSTED_PROXIES": "127.0.0.1/32",
+        "OPEN_LOGIN": "true",
         **settings,
     }
 
@@ -750,7 +751,7 @@ def test_nginx_keeps_a_verdict_only_until_the_second_the_check_names(echo, tmp_p
 
 @pytest.mark.store("sqlite")
 def test_the_token_service_stopped_is_a_json_503_never_a_pass(gunicorn_server, echo, tmp_path):
-    service = gunicorn_server({"TRUSTED_PROXIES": "127.0.0.1/32"}, workers=1)
+    service = gunicorn_server({"TRUSTED_PROXIES": "127.0.0.1/32", "OPEN_LOGIN": "true"}, workers=1)
     nginx = start_nginx(tmp_path / "nginx", service.port, echo.port)
     try:
         token = fresh("POST", f"{service.url}/login", json={"username": "erin"}).json()

@@ -19,6 +19,7 @@ import jwt
 import pytest
 import requests
 
+from app.metrics_scrape import MULTIPROCESS_FOLDER
 from tests.conftest import ROOT, free_port, fresh, stop_process, wait_until
 
 pytestmark = pytest.mark.gunicorn
@@ -273,7 +274,7 @@ def test_every_spoof_sent_straight_to_gunicorn_is_counted_and_limited(
         "LOG_LEVEL": "INFO",
     }
     if trusted:
-        env["TRUSTED_PROXIES"] = trusted
+        env.update(TRUSTED_PROXIES=trusted, OPEN_LOGIN="true")
     server = gunicorn_server(env, workers=1)
     sources = [f"127.0.0.{20 + number}" for number in range(len(spoofs))]
     for source, name in zip(sources, spoofs, strict=True):
@@ -360,20 +361,22 @@ def test_make_run_listens_on_loopback_only(tmp_path):
             stop_process(process)
     text = log.read_text()
     assert "USERS_FILE is not set" in text
-    assert "OPEN LOGIN ON THE NETWORK" not in text
+    assert "OPEN LOGIN" not in text
 
 
 WHEN_READY = """
-import runpy, sys
+import os, runpy, sys
 conf = runpy.run_path("gunicorn.conf.py")
-host, port = conf["bind"][0].rsplit(":", 1)
+# the listener gunicorn would make of HOST, or of a bind given beside the config file
+bind = os.environ.get("WHEN_READY_BIND", conf["bind"][0])
+host, port = bind.rsplit(":", 1)
 class Socket:
     def getsockname(self):
         return (host.strip("[]"), int(port))
 class Listener:
     sock = Socket()
     def __str__(self):
-        return "http://" + conf["bind"][0]
+        return "http://" + bind
 class Log:
     def warning(self, message, *args):
         print(message % args)
@@ -384,29 +387,98 @@ conf["when_ready"](Server())
 """
 
 
-@pytest.mark.parametrize(
-    ("env", "warned"),
-    [
-        ({"HOST": "0.0.0.0"}, True),
-        ({"HOST": "::"}, True),
-        ({"HOST": "192.0.2.10"}, True),
-        ({}, False),
-        ({"HOST": "::1"}, False),
-        ({"HOST": "127.0.0.2"}, False),
-        ({"HOST": "0.0.0.0", "USERS_FILE": "users.json"}, False),
-    ],
-)
-def test_an_open_login_on_a_network_address_is_warned_of_at_start(tmp_path, env, warned):
-    # when_ready with the listener gunicorn would make of HOST (no socket is bound here)
-    if "USERS_FILE" in env:
-        env = {**env, "USERS_FILE": str(tmp_path / env["USERS_FILE"])}
-    result = subprocess.run(
+def when_ready(tmp_path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run gunicorn.conf.py's when_ready in a process of its own (no socket is bound)."""
+    return subprocess.run(
         [sys.executable, "-c", WHEN_READY],
         cwd=ROOT,
         env={"PATH": os.environ["PATH"], "INSTANCE_PATH": str(tmp_path / "i"), **env},
-        capture_output=True, text=True, timeout=30, check=True,
+        capture_output=True, text=True, timeout=30,
     )  # fmt: skip
-    loud = [line for line in result.stdout.splitlines() if "OPEN LOGIN ON THE NETWORK" in line]
-    assert len(loud) == (1 if warned else 0), result.stdout
-    if warned:
-        assert "anyone who can reach this host can get an admin token" in loud[0]
+
+
+BEHIND = {"BEHIND_PROXY": "true"}
+
+
+@pytest.mark.parametrize(
+    ("env", "reached"),
+    [
+        ({"HOST": "0.0.0.0", **BEHIND, "OPEN_LOGIN": "true"}, "http://0.0.0.0:8080"),
+        ({"HOST": "::", **BEHIND, "OPEN_LOGIN": "true"}, "http://[::]:8080"),
+        ({"HOST": "192.0.2.10", **BEHIND, "OPEN_LOGIN": "true"}, "http://192.0.2.10:8080"),
+        ({"TRUSTED_PROXIES": "127.0.0.1/32", "OPEN_LOGIN": "true"}, "the proxy in front"),
+        ({**BEHIND, "OPEN_LOGIN": "true"}, "the proxy in front"),
+        ({}, None),
+        ({"OPEN_LOGIN": "true"}, None),  # loopback, no proxy: make run's own
+        ({"HOST": "::1"}, None),
+        ({"HOST": "127.0.0.2"}, None),
+        ({"HOST": "0.0.0.0", **BEHIND, "USERS_FILE": "users.json"}, None),
+    ],
+)
+def test_an_open_login_beyond_this_host_is_warned_of_at_start(tmp_path, env, reached):
+    if "USERS_FILE" in env:
+        env = {**env, "USERS_FILE": str(tmp_path / env["USERS_FILE"])}
+    result = when_ready(tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    loud = [line for line in result.stdout.splitlines() if "OPEN LOGIN" in line]
+    assert len(loud) == (0 if reached is None else 1), result.stdout
+    if reached is not None:
+        assert loud[0] == (
+            f"WARNING: OPEN LOGIN: OPEN_LOGIN=true and no USERS_FILE, so anyone who reaches"
+            f" {reached} can get an admin token; set USERS_FILE unless a system in front"
+            " authenticates every user"
+        )
+
+
+#: The line a listener beyond loopback stops gunicorn with, unless BEHIND_PROXY=true.
+LISTENING_BEYOND_LOOPBACK = (
+    "configuration error: listening on {listener}, beyond loopback, but gunicorn has no"
+    " header timeout (a few clients that send their headers slowly stall it): put a proxy"
+    " that reads the headers itself in front (nginx, an ingress) and set BEHIND_PROXY=true,"
+    " or listen on loopback"
+)
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0:8080", "[::]:8080", "192.0.2.10:9000"])
+def test_a_listener_beyond_loopback_given_beside_host_is_refused(tmp_path, bind):
+    # HOST is loopback, so the settings pass; the bind came from GUNICORN_CMD_ARGS or systemd
+    users = {"USERS_FILE": str(tmp_path / "users.json")}
+    result = when_ready(tmp_path, {"WHEN_READY_BIND": bind, **users})
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        LISTENING_BEYOND_LOOPBACK.format(listener=f"http://{bind}")
+    ]
+    allowed = when_ready(tmp_path, {"WHEN_READY_BIND": bind, **users, **BEHIND})
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_gunicorn_told_to_listen_beyond_loopback_stops_in_one_line(tmp_path):
+    port = free_port()
+    env = {
+        "PATH": os.environ["PATH"],
+        "INSTANCE_PATH": str(tmp_path / "instance"),
+        "LOG_LEVEL": "WARNING",
+        "GUNICORN_CMD_ARGS": f"-b 0.0.0.0:{port}",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "-w", "1", "wsgi:app"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        LISTENING_BEYOND_LOOPBACK.format(listener=f"http://0.0.0.0:{port}")
+    ]
+    assert listening_addresses(port) == set()
+    # on_exit ran: the master's folder of metric files is gone
+    assert [path.name for path in (tmp_path / "instance").rglob("*") if path.is_dir()] == [
+        MULTIPROCESS_FOLDER
+    ]
+
+
+@pytest.mark.parametrize(("proxies", "warned"), [("0.0.0.0/0", True), ("127.0.0.1/32,::1", False)])
+def test_trusted_proxies_of_every_address_are_warned_of_at_start(tmp_path, proxies, warned):
+    env = {"TRUSTED_PROXIES": proxies, "USERS_FILE": str(tmp_path / "users.json")}
+    result = when_ready(tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    everyone = [line for line in result.stdout.splitlines() if "trusts every address" in line]
+    assert len(everyone) == (1 if warned else 0), result.stdout

@@ -86,7 +86,12 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
         if backend is None:
             # The app's own rate limit counts each client behind nginx too (its tests are
             # below); off here, so that nginx's limit is the one these tests measure.
-            env = {"TRUSTED_PROXIES": NGINX_ADDRESS, "LOG_LEVEL": "INFO", "RATE_LIMIT_AUTH": "off"}
+            env = {
+                "TRUSTED_PROXIES": NGINX_ADDRESS,
+                "OPEN_LOGIN": "true",
+                "LOG_LEVEL": "INFO",
+                "RATE_LIMIT_AUTH": "off",
+            }
             backend = gunicorn_server(env, workers=2)
         port, prefix = free_port(), tmp_path / f"nginx-{len(started)}"
         prefix.mkdir()
@@ -501,7 +506,12 @@ def connections_to(port: int) -> set[tuple[str, str]]:
 
 def test_nginx_keeps_connections_to_a_gthread_gunicorn_alive(start_proxy, gunicorn_server):
     backend = gunicorn_server(
-        {"TRUSTED_PROXIES": NGINX_ADDRESS, "GUNICORN_CMD_ARGS": "-k gthread --threads 2"}, workers=1
+        {
+            "TRUSTED_PROXIES": NGINX_ADDRESS,
+            "OPEN_LOGIN": "true",
+            "GUNICORN_CMD_ARGS": "-k gthread --threads 2",
+        },
+        workers=1,
     )
     proxy = start_proxy(backend=backend)
     before = connections_to(backend.port)
@@ -527,7 +537,9 @@ APP_LIMIT = 5
 
 def test_a_client_on_nginxs_own_address_cannot_name_another_one(start_proxy, gunicorn_server):
     # nginx sends $remote_addr alone: a client list after a trusted address is never read
-    backend = gunicorn_server({"TRUSTED_PROXIES": NGINX_ADDRESS, "LOG_LEVEL": "INFO"}, workers=1)
+    backend = gunicorn_server(
+        {"TRUSTED_PROXIES": NGINX_ADDRESS, "OPEN_LOGIN": "true", "LOG_LEVEL": "INFO"}, workers=1
+    )
     proxy = start_proxy(backend=backend)
     headers = {**JSON, "X-Forwarded-For": "203.0.113.66"}
     body = json.dumps({"username": "local"})
@@ -547,6 +559,7 @@ def test_spoofs_through_nginx_are_ignored_and_each_client_is_counted_as_itself(
     backend = gunicorn_server(
         {
             "TRUSTED_PROXIES": NGINX_ADDRESS,
+            "OPEN_LOGIN": "true",
             "RATE_LIMIT_AUTH": f"{APP_LIMIT} per minute",  # RATE_LIMIT_EXEMPT: the default
             "LOG_LEVEL": "INFO",
         },
@@ -591,6 +604,7 @@ def test_a_clients_forwarded_prefix_never_reaches_the_login_redirect(
         backend = gunicorn_server(
             {
                 "TRUSTED_PROXIES": NGINX_ADDRESS,
+                "OPEN_LOGIN": "true",
                 "TRUSTED_PROXY_PREFIX": prefix_trusted,
                 "OIDC_PROVIDERS": "corp",
                 "OIDC_CORP_ISSUER": provider.issuer,

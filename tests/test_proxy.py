@@ -8,8 +8,17 @@ from collections.abc import Iterator
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.proxy import FORWARDED_KEY, TrustedProxies, UntrustedForwarding, parse_address
+from app.config import ConfigError, Settings
+from app.proxy import (
+    FORWARDED_KEY,
+    TrustedProxies,
+    UntrustedForwarding,
+    everyone_trusted_warning,
+    parse_address,
+)
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
@@ -162,9 +171,12 @@ def provider() -> Iterator[HostileProvider]:
     ("settings", "callback"),
     [
         ({}, "http://localhost/auth/corp/callback"),
-        ({"TRUSTED_PROXIES": NGINX}, "https://auth.example.com/auth/corp/callback"),
         (
-            {"TRUSTED_PROXIES": NGINX, "TRUSTED_PROXY_PREFIX": "true"},
+            {"TRUSTED_PROXIES": NGINX, "OPEN_LOGIN": "true"},
+            "https://auth.example.com/auth/corp/callback",
+        ),
+        (
+            {"TRUSTED_PROXIES": NGINX, "OPEN_LOGIN": "true", "TRUSTED_PROXY_PREFIX": "true"},
             "https://auth.example.com/sub/auth/corp/callback",
         ),
     ],
@@ -222,7 +234,7 @@ def test_no_warning_without_forwarded_for_from_loopback(make_app, caplog, header
 
 
 def test_a_trusted_proxy_is_never_warned_of(make_app, caplog):
-    client = make_app(TRUSTED_PROXIES="127.0.0.1/32").test_client()
+    client = make_app(TRUSTED_PROXIES="127.0.0.1/32", OPEN_LOGIN="true").test_client()
     caplog.set_level(logging.WARNING)
     client.get("/healthz", headers={"X-Forwarded-For": "203.0.113.9"})
     assert proxy_warnings(caplog) == []
@@ -244,3 +256,72 @@ def test_a_trusted_proxy_is_never_warned_of(make_app, caplog):
 def test_addresses_are_parsed_to_their_canonical_form(text, address):
     parsed = parse_address(text)
     assert (None if parsed is None else str(parsed)) == address
+
+
+# --- TRUSTED_PROXIES as written: mapped spellings, zone ids, everyone ------------------
+
+
+def mapped_spellings(address: ipaddress.IPv4Address) -> list[str]:
+    """Return ways to write ``address`` as an IPv4-mapped IPv6 address."""
+    high, low = divmod(int(address), 1 << 16)
+    return [
+        f"::ffff:{address}",
+        f"::FFFF:{address}",
+        f"0:0:0:0:0:ffff:{address}",
+        f"::ffff:{high:x}:{low:x}",
+        f"0000:0000:0000:0000:0000:FFFF:{high:04X}:{low:04X}",
+    ]
+
+
+@given(
+    st.builds(ipaddress.IPv4Address, st.integers(0, 2**32 - 1)),
+    st.integers(0, 32),
+    st.integers(0, 4),
+    st.integers(0, 2**32 - 1),
+)
+def test_an_ipv4_mapped_proxy_is_trusted_as_its_ipv4_network(address, length, spelling, offset):
+    network = ipaddress.IPv4Network((address, length), strict=False)
+    written = f"{mapped_spellings(network.network_address)[spelling]}/{96 + length}"
+    settings = Settings.load({"TRUSTED_PROXIES": written, "OPEN_LOGIN": "true"}, environ={})
+    assert settings.trusted_proxies == (network,)
+    # a peer in the network, as gunicorn gives it (IPv4): its header is believed
+    peer = str(network.network_address + offset % network.num_addresses)
+    middleware = lambda app: TrustedProxies(app, settings.trusted_proxies)  # noqa: E731
+    environ = seen(middleware, peer, x_forwarded_for="203.0.113.9")
+    assert environ["REMOTE_ADDR"] == "203.0.113.9"
+
+
+@pytest.mark.parametrize("entry", ["fe80::1%eth0", "fe80::%eth0/64", "fe80::1%25eth0", "::1%1"])
+@pytest.mark.parametrize("name", ["TRUSTED_PROXIES", "RATE_LIMIT_EXEMPT", "METRICS_ALLOW"])
+def test_a_network_with_a_zone_id_is_refused_in_one_line(name, entry):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load({name: f"127.0.0.1/32, {entry}"}, environ={})
+    zone = entry[entry.index("%") :]
+    assert str(raised.value) == (
+        f"{name}: {entry!r} has a zone id ({zone.split('/')[0]}), which no client's address"
+        " carries, so it would never match; give the address without it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "everyone"),
+    [
+        ("0.0.0.0/0", "0.0.0.0/0"),
+        ("127.0.0.1/32, ::/0", "::/0"),
+        ("::ffff:0.0.0.0/96", "0.0.0.0/0"),
+        ("0.0.0.0/0,::/0", "0.0.0.0/0, ::/0"),
+        ("127.0.0.1/32, ::1, 10.0.0.0/8", None),
+        ("0.0.0.0/1, 128.0.0.0/1", None),
+    ],
+)
+def test_a_trusted_network_of_every_address_is_accepted_and_warned_of(value, everyone):
+    settings = Settings.load({"TRUSTED_PROXIES": value, "OPEN_LOGIN": "true"}, environ={})
+    warning = everyone_trusted_warning(settings.trusted_proxies)
+    if everyone is None:
+        assert warning is None
+    else:
+        assert warning == (
+            f"TRUSTED_PROXIES holds {everyone}, which trusts every address: any client can"
+            " name any address in X-Forwarded-For, and escape its rate limit; list only the"
+            " proxies' own addresses (e.g. 127.0.0.1/32,::1 for nginx on this host)"
+        )

@@ -210,7 +210,7 @@ def forwarded_log_in(client, forwarded_for: str, peer: str = "127.0.0.1"):
 @pytest.mark.parametrize("spoof", EXEMPT_SPOOFS)
 def test_an_exempt_address_from_a_trusted_proxys_header_is_counted(make_app, spoof):
     client = make_app(
-        RATE_LIMIT_AUTH="2 per minute", TRUSTED_PROXIES="127.0.0.1/32, ::1"
+        RATE_LIMIT_AUTH="2 per minute", TRUSTED_PROXIES="127.0.0.1/32, ::1", OPEN_LOGIN="true"
     ).test_client()
     statuses = [forwarded_log_in(client, spoof).status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
@@ -219,7 +219,9 @@ def test_an_exempt_address_from_a_trusted_proxys_header_is_counted(make_app, spo
 
 
 def test_values_that_are_no_address_share_the_proxys_counter(make_app):
-    client = make_app(RATE_LIMIT_AUTH="2 per minute", TRUSTED_PROXIES="127.0.0.1/32").test_client()
+    client = make_app(
+        RATE_LIMIT_AUTH="2 per minute", TRUSTED_PROXIES="127.0.0.1/32", OPEN_LOGIN="true"
+    ).test_client()
     statuses = [forwarded_log_in(client, f"nobody-{n}").status_code for n in range(3)]
     assert statuses == [200, 200, 429]  # counted as the proxy, each value no counter of its own
     assert forwarded_log_in(client, "203.0.113.70").status_code == 200  # a real client's own
@@ -466,6 +468,7 @@ def test_the_limit_holds_across_two_hosts_sharing_one_redis(
         "SIGNING_SECRET": signing_secret,
         "TOKEN_STORE_URL": redis_store.url,
         "TRUSTED_PROXIES": "127.0.0.1/32",
+        "OPEN_LOGIN": "true",
         "RATE_LIMIT_AUTH": f"{LIMIT} per minute",
     }
     hosts = [

@@ -143,6 +143,7 @@ def stack(tmp_path_factory):
         "INSTANCE_PATH": str(folder / "instance"),
         "SIGNING_SECRET": secrets.token_urlsafe(48),
         "TRUSTED_PROXIES": "127.0.0.1/32",
+        "OPEN_LOGIN": "true",
         "REFRESH_TOKEN_ROTATION": "true",
         "LOG_LEVEL": "WARNING",
     }

@@ -152,8 +152,11 @@ class Settings:
     admin_username: str = setting("ADMIN_USERNAME", parse.admin_username, "admin")
     access_token_lifetime: int = setting("ACCESS_TOKEN_LIFETIME", parse.int_between(1, 86_400), 60)
     clock_skew: int = setting("CLOCK_SKEW", parse.int_between(0, 300), DEFAULT_CLOCK_SKEW)
-    #: Loopback: the open login (no USERS_FILE) mints admin tokens; 0.0.0.0 in containers.
+    #: Loopback: gunicorn has no header timeout; beyond it only with BEHIND_PROXY.
     host: str = setting("HOST", parse.host, "127.0.0.1")
+    #: The operator's word that every client comes through a proxy that reads each
+    #: request's headers itself (nginx, an ingress): needed to listen beyond loopback.
+    behind_proxy: bool = setting("BEHIND_PROXY", parse.boolean, False)
     port: int = setting("PORT", parse.int_between(1, 65_535), 8080)
     #: "": the SQLite file in the instance folder (app/instance.py).
     token_store_url: str = setting("TOKEN_STORE_URL", parse.store_url, "")
@@ -220,6 +223,8 @@ class Settings:
     )
     #: None: SPEC.md's open login (no password checked); else the user directory's file.
     users_file: str | None = setting("USERS_FILE", parse.absolute_path, None)
+    #: Whether the open login (no USERS_FILE) may be reached through a proxy or a network.
+    open_login: bool = setting("OPEN_LOGIN", parse.boolean, False)
     #: Failed password checks per username (with USERS_FILE), shortest window first; (): off.
     login_failure_limit: tuple[RateLimitItem, ...] = setting(
         "LOGIN_FAILURE_LIMIT",
@@ -285,7 +290,28 @@ class Settings:
                         f"{name.upper()} is for SIGNING_ALGORITHM=EdDSA or ES256 (it is HS256)"
                     )
         values.setdefault("instance_path", DEFAULT_INSTANCE_PATH)  # read now: tests change it
-        return cls(**values)
+        settings = cls(**values)
+        settings.check_reach()
+        return settings
+
+    def check_reach(self) -> None:
+        """Refuse a bind or an open login that clients beyond this host could abuse."""
+        if not parse.is_loopback_host(self.host) and not self.behind_proxy:
+            raise ConfigError(
+                f"HOST={self.host} listens beyond loopback, but gunicorn has no header"
+                " timeout (a few clients that send their headers slowly stall it): put a"
+                " proxy that reads the headers itself in front (nginx, an ingress) and set"
+                " BEHIND_PROXY=true, or keep HOST=127.0.0.1"
+            )
+        if self.users_file is not None or self.open_login:
+            return
+        if self.trusted_proxies or self.behind_proxy:
+            reach = "TRUSTED_PROXIES is set" if self.trusted_proxies else "BEHIND_PROXY is true"
+            raise ConfigError(
+                f"{reach}, but USERS_FILE is not set: anyone who reaches the proxy can log in"
+                " as any user, admin included; set USERS_FILE (then flask users add NAME),"
+                " or OPEN_LOGIN=true to allow that open login"
+            )
 
     def identity_provider(self, name: str) -> IdentityProvider | None:
         """Return the configured provider called ``name``, or None."""

@@ -106,9 +106,14 @@ def postgres_url(name: str, value: str) -> str:
     from psycopg.conninfo import conninfo_to_dict  # only deployments on PostgreSQL need it
 
     try:
-        ports = str(conninfo_to_dict(value).get("port") or "").split(",")
+        parts = conninfo_to_dict(value)
+        ports = str(parts.get("port") or "").split(",")
         if not all(port == "" or (port.isdigit() and 0 < int(port) < 65_536) for port in ports):
             raise ValueError("not a port")  # libpq reads it only when it connects
+        # libpq ends the user-info at the first @: the tail of a password holding another
+        # one would become the host, shown in every log line and sent to DNS
+        if any("@" in str(parts.get(key) or "") for key in ("host", "hostaddr")):
+            raise ValueError("user-info in the host")
     except Exception:  # libpq's message may quote part of the password: not shown
         raise ConfigError(
             f"{name} is not a usable PostgreSQL URL: check the host, the port, the"
@@ -159,18 +164,37 @@ def rate_limits(name: str, value: str) -> tuple[RateLimitItem, ...]:
 
 
 def networks(name: str, value: str) -> tuple[IPNetwork, ...]:
+    """Parse addresses and networks as the client addresses they are matched with are read
+    (``app.proxy.parse_address``): an IPv4-mapped IPv6 one is its IPv4 address, and one
+    with a zone id, which no client address carries, is refused."""
     found = []
     for item in (item.strip() for item in value.split(",")):
         if not item:
             continue
+        if "%" in item:
+            zone = item[item.index("%") :].split("/")[0]
+            raise ConfigError(
+                f"{name}: {item!r} has a zone id ({zone}), which no client's address carries,"
+                " so it would never match; give the address without it"
+            )
         try:
-            found.append(ipaddress.ip_network(item))
+            found.append(unmapped_network(ipaddress.ip_network(item)))
         except ValueError:
             raise ConfigError(
                 f"{name} must be comma-separated addresses or networks"
                 f" (e.g. 127.0.0.0/8, ::1, 10.0.0.0/8), got {item!r}"
             ) from None
     return tuple(found)
+
+
+def unmapped_network(network: IPNetwork) -> IPNetwork:
+    """Return an IPv4-mapped IPv6 network (``::ffff:10.0.0.0/104``) as its IPv4 network."""
+    if not isinstance(network, ipaddress.IPv6Network) or network.prefixlen < 96:
+        return network
+    mapped = network.network_address.ipv4_mapped
+    if mapped is None:
+        return network
+    return ipaddress.IPv4Network((mapped, network.prefixlen - 96))
 
 
 def absolute_path(name: str, value: str) -> str:
@@ -200,6 +224,20 @@ def host(name: str, value: str) -> str:
         if HOST_NAME.fullmatch(bare):
             return bare
     raise ConfigError(f"{name} must be an IP address or a host name, got {value!r}")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Return whether ``host`` (as ``host`` returns it) is this machine only; a name other
+    than localhost may resolve to anything, so it is not."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def cookie_name(name: str, value: str) -> str:

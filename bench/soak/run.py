@@ -88,6 +88,7 @@ class Soak:
             "SIGNING_SECRET": self.secrets[0],
             "ACCESS_TOKEN_LIFETIME": str(self.schedule.access_lifetime),
             "TRUSTED_PROXIES": "127.0.0.1/32",  # nginx, as deploy/token-service.env.example
+            "OPEN_LOGIN": "true",  # the soak logs in as anyone, through nginx
             "LOG_LEVEL": "WARNING",
         }
         if self.redis is not None:
