@@ -57,9 +57,17 @@ def login() -> Response:
     limit_rate("login")
     fields = read_fields()
     username = required_username(fields)
-    check_password(username, optional_string(fields, "password"))
+    verified = check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
-    get_store().issue(refresh_token, username)
+    store = get_store()
+    store.issue(refresh_token, username)
+    users = get_user_directory()
+    if users is not None and verified is not None and not users.still_holds(username, verified):
+        # `flask users` changed or removed the user after the password was checked, and may
+        # have revoked the user's tokens before this one was recorded
+        store.revoke(refresh_token)
+        note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
+        raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
     return json_response({"accessToken": _access_token(username), "refreshToken": refresh_token})
 
@@ -85,6 +93,7 @@ def refresh() -> Response:
             event=Event.REFRESH_FAILED,
         )
         raise Unauthorized()
+    refuse_unknown_user(username)
     note(user=username, event=Event.REFRESH)
     return json_response({"accessToken": _access_token(username)})
 
@@ -108,9 +117,30 @@ def _rotate(refresh_token: str, username: str) -> Response:
             family=rotation.family,
         )
         raise Unauthorized()
+    if not in_directory(username):
+        get_store().revoke(successor)  # the family with it: no user, no session
+        note(user=username, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
     return json_response({"accessToken": _access_token(username), "refreshToken": successor})
+
+
+def in_directory(username: str) -> bool:
+    """Return whether ``username`` may be refreshed: a user of USERS_FILE, or any without one.
+
+    Asked only once the refresh token matched the username, so that how long a refusal
+    takes tells nothing about which usernames exist.
+    """
+    users = get_user_directory()
+    return users is None or users.has(username)
+
+
+def refuse_unknown_user(username: str) -> None:
+    """401 for a refresh token of a username the user directory no longer holds."""
+    if not in_directory(username):
+        note(user=username, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
 
 
 def required_username(fields: dict[str, Any]) -> str:
@@ -122,8 +152,9 @@ def required_username(fields: dict[str, Any]) -> str:
     return username
 
 
-def check_password(username: str, password: str | None) -> None:
-    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s.
+def check_password(username: str, password: str | None) -> str | None:
+    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s; return
+    the hash it matched (None without a directory).
 
     Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked. Known
     or not, a username gets the same answers, and the same line in the log, without the
@@ -131,7 +162,7 @@ def check_password(username: str, password: str | None) -> None:
     """
     users = get_user_directory()
     if users is None:
-        return  # SPEC.md's open login
+        return None  # SPEC.md's open login
     if password is None:
         raise BadRequest("password is required")
     failures = get_login_failure_limit()
@@ -146,11 +177,13 @@ def check_password(username: str, password: str | None) -> None:
         if wait is not None:
             note(reason=Reason.LOGIN_LIMITED, event=Event.LOGIN_LIMITED)
             raise TooManyRequests(LOGIN_LIMITED_MESSAGE, retry_after=wait)
-    if not users.authenticate(username, password):
+    verified = users.authenticate(username, password)
+    if verified is None:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     if failures is not None:
         failures.succeeded(username)
+    return verified
 
 
 def limit_rate(endpoint: str) -> None:
