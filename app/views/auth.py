@@ -14,7 +14,7 @@ from app.events import Event, Reason
 from app.keys import get_key_ring
 from app.rate_limit import CountersUnavailableError, get_rate_limiter
 from app.rate_limit.login_failures import get_login_failure_limit
-from app.request_body import optional_string, read_fields, required_string
+from app.request_body import missing, optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
 from app.settings import current_settings
@@ -26,7 +26,7 @@ from app.tokens import (
     role_for,
     token_username_problem,
 )
-from app.users import get_user_directory
+from app.users import get_user_directory, username_problem
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"
@@ -80,10 +80,13 @@ def refresh() -> Response:
     """
     limit_rate("token")
     fields = read_fields()
-    username = required_username(fields)
+    username = presented_username(fields)
     refresh_token = optional_string(fields, "refreshToken")
     if refresh_token is None:
         raise BadRequest("refreshToken is required")
+    if username_problem(username) is not None:  # no login recorded a token for it
+        note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
     if current_settings().refresh_token_rotation:
         return _rotate(refresh_token, username)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
@@ -141,6 +144,20 @@ def refuse_unknown_user(username: str) -> None:
     if not in_directory(username):
         note(user=username, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
         raise Unauthorized()
+
+
+def presented_username(fields: dict[str, Any]) -> str:
+    """Return the username of a /token body, any string: 400 only if missing or not one.
+
+    A string that login would refuse is no 400 here: no refresh token is recorded for it,
+    so SPEC.md's answer to it is the 401 of a token recorded for another username.
+    """
+    username = fields.get("username")
+    if username is None:
+        raise missing(fields, "username")
+    if not isinstance(username, str):
+        raise BadRequest("username must be a string")
+    return username
 
 
 def required_username(fields: dict[str, Any]) -> str:
