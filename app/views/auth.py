@@ -204,7 +204,8 @@ def check_password(username: str, password: str | None) -> str | None:
 
 
 def limit_rate(endpoint: str) -> None:
-    """Count the request against RATE_LIMIT_AUTH; 429 with Retry-After over the limit."""
+    """Count the request to ``endpoint`` (``login``, ``token``, ``revoke``) against
+    RATE_LIMIT_AUTH; 429 with Retry-After over the limit."""
     limiter = get_rate_limiter()
     if limiter is None:
         return
@@ -224,7 +225,9 @@ def forbid_caching(response: Response) -> Response:
 
 @bp.delete("/token/<any_text:refresh_token>")
 def revoke(refresh_token: str) -> Response:
-    """Forget a refresh token; unknown tokens are ignored. Always 204."""
+    """Forget a refresh token; unknown tokens are ignored: 204 either way (429 over
+    RATE_LIMIT_AUTH, counted as its own endpoint, before the store is reached)."""
+    limit_rate("revoke")
     if get_store().revoke(refresh_token):
         note(event=Event.REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
     else:
