@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
@@ -206,6 +207,21 @@ def test_the_window_frees_when_it_ends(limited_app):
 def test_apps_sharing_the_counters_share_the_limit(limited_app):
     """Two apps (two workers, or two hosts on one Redis), on every store backend."""
     one, other = (limited_app().test_client() for _ in range(2))
+    for n in range(LIMIT):
+        assert log_in(one if n % 2 else other).status_code == 401
+    assert log_in(one, password=PASSWORD).status_code == 429
+    assert log_in(other, password=PASSWORD).status_code == 429
+
+
+@pytest.mark.store("redis", "postgresql")  # the stores that hosts share
+@pytest.mark.parametrize("signing_algorithm", ["EdDSA", "ES256"], indirect=True)
+def test_hosts_with_one_key_file_and_secrets_of_their_own_share_the_limit(limited_app, signing_key):
+    """With a key pair, SIGNING_SECRET only keys the login state cookie: unset, each host
+    generates its own. The counters are keyed by the key file every host shares."""
+    assert signing_key.key_file is not None
+    one, other = (
+        limited_app(SIGNING_SECRET=secrets.token_urlsafe(48)).test_client() for _ in range(2)
+    )
     for n in range(LIMIT):
         assert log_in(one if n % 2 else other).status_code == 401
     assert log_in(one, password=PASSWORD).status_code == 429

@@ -11,8 +11,11 @@ be checked. Over the limit, the login is refused before any Argon2 is spent, for
 known username as for an unknown one. A check that succeeds takes its hit back, so
 only failures count: a user who logs in often is never limited by their own logins.
 
-Counters are keyed by an HMAC of the username under the signing secret, never the
-name itself: a username field sometimes holds a password typed in the wrong place.
+Counters are keyed by an HMAC of the username, never the name itself: a username field
+sometimes holds a password typed in the wrong place. The HMAC's key is the current
+signing key, which every host must share: SIGNING_SECRET with HS256, the private key of
+SIGNING_KEY_FILE with EdDSA or ES256. Not SIGNING_SECRET there: unset, each host
+generates its own, and N hosts would count N times the guesses.
 
 When the counters' storage fails, this limit fails *closed*, unlike RATE_LIMIT_AUTH:
 it guards a password, not capacity, and with it off an attacker could guess at full
@@ -32,10 +35,13 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from flask import Flask, current_app
 from limits import RateLimitItem
 
-from app.config import Settings
+from app.config import HS256, Settings
+from app.keys import EXTENSION_KEY as KEY_RING_KEY
+from app.keys import KeyRing
 from app.rate_limit.counters import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
@@ -136,6 +142,15 @@ class LoginFailureLimit:
         )
 
 
+def counters_secret(settings: Settings, ring: KeyRing) -> bytes:
+    """Return the secret the counters' keys are derived from: one every host shares."""
+    if settings.signing_algorithm == HS256:
+        return settings.signing_secret.encode()
+    private_key = ring.current.signing_key  # SIGNING_KEY_FILE's, the same on every host
+    der: bytes = private_key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
+    return der
+
+
 def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters | None) -> None:
     """Attach the limit to ``app``: None without USERS_FILE or with LOGIN_FAILURE_LIMIT=off.
 
@@ -146,7 +161,7 @@ def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters |
         limit = LoginFailureLimit(
             settings.login_failure_limit,
             storage or open_storage(settings, app.extensions.get(STORE_KEY)),
-            settings.signing_secret.encode(),
+            counters_secret(settings, app.extensions[KEY_RING_KEY]),
         )
     app.extensions[EXTENSION_KEY] = limit
 
