@@ -17,6 +17,14 @@ signing key, which every host must share: SIGNING_SECRET with HS256, the private
 SIGNING_KEY_FILE with EdDSA or ES256. Not SIGNING_SECRET there: unset, each host
 generates its own, and N hosts would count N times the guesses.
 
+Device cookies (OWASP's "Slow Down Online Guessing Attacks with Device Cookies"): each
+successful login sets a cookie, a random nonce and its HMAC bound to the username. A
+login that presents a valid one for its username counts on the counters of that cookie,
+not on the username's: a username locked by guesses from elsewhere stays open to the
+browsers its user logged in with, each held to the same limit on its own. Guessers have
+no valid cookie (one is minted only by a right password), so they stay held to the
+username's counters, and nothing is reopened to them.
+
 When the counters' storage fails, this limit fails *closed*, unlike RATE_LIMIT_AUTH:
 it guards a password, not capacity, and with it off an attacker could guess at full
 speed for as long as the storage stays down (with Redis, the token store is the same
@@ -26,10 +34,13 @@ storage answers again; the failure is logged at most once a minute per process.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
 import math
+import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +67,14 @@ from app.store import EXTENSION_KEY as STORE_KEY
 EXTENSION_KEY = "login_failure_limit"
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
 KEY_PREFIX = "login_failures/"
+#: The start of a device cookie's counters' keys (a username's are hex digits after it).
+DEVICE_KEY_PREFIX = KEY_PREFIX + "device/"
+#: The device cookie: set at each successful login, sent back to /login only.
+DEVICE_COOKIE = "login_device"
+#: Seconds a device cookie lives in the browser; each successful login sets a new one.
+DEVICE_COOKIE_LIFETIME = 365 * 24 * 3600
+#: A device cookie's value: a 128-bit nonce and a 128-bit HMAC, base64url without padding.
+DEVICE_COOKIE_VALUE = re.compile(r"([A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{22})")
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +89,7 @@ class LoginFailureLimit:
         self.windows = windows_of(limits)
         self.storage = storage
         self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
+        self._device_key = hmac.new(secret, b"login device cookies", hashlib.sha256).digest()
         #: The time source of the retry delay after a failure; tests may replace it.
         self.clock: Callable[[], float] = time.monotonic
         self._refusing_until = 0.0
@@ -77,15 +97,17 @@ class LoginFailureLimit:
         self._unreported = 0
         self._lock = threading.Lock()
 
-    def attempt(self, username: str) -> int | None:
+    def attempt(self, username: str, device: str | None = None) -> int | None:
         """Count a password check about to be spent on ``username``: None if it may go on,
         else the seconds until the window that refused it frees (at least 1).
 
-        Raise CountersUnavailableError when the counters do not answer (refuse the login).
+        ``device``: the nonce of a valid device cookie (``device_of``), whose counters
+        count the check instead of the username's. Raise CountersUnavailableError when
+        the counters do not answer (refuse the login).
         """
         if self._refusing_until and self.clock() < self._refusing_until:
             self._failed(None)
-        keys = self.keys(username)
+        keys = self.keys(username) if device is None else self.device_keys(device)
         try:
             counted = self.storage.hit(
                 [(key, window) for key, (_, window, _) in zip(keys, self.windows, strict=True)]
@@ -96,10 +118,12 @@ class LoginFailureLimit:
             self._recovered()
         return seconds_until_free(self.windows, counted)
 
-    def succeeded(self, username: str) -> None:
+    def succeeded(self, username: str, device: str | None = None) -> None:
         """Take back the attempt counted for ``username``'s check, which passed."""
         try:
-            self.storage.forgive(self.keys(username))
+            self.storage.forgive(
+                self.keys(username) if device is None else self.device_keys(device)
+            )
         except CountersUnavailableError as error:  # the user is in; one failure too many
             logger.warning("login failure limit: a success not taken back: %s", error)
 
@@ -108,6 +132,32 @@ class LoginFailureLimit:
         name = username.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate
         digest = hmac.new(self._key, name, hashlib.sha256).hexdigest()[:32]
         return [f"{KEY_PREFIX}{digest}{suffix}" for _, _, suffix in self.windows]
+
+    def device_keys(self, device: str) -> list[str]:
+        """Return the counters' keys of the device cookie whose nonce is ``device``."""
+        digest = hashlib.sha256(device.encode()).hexdigest()[:32]
+        return [f"{DEVICE_KEY_PREFIX}{digest}{suffix}" for _, _, suffix in self.windows]
+
+    def device_cookie(self, username: str) -> str:
+        """Return a new device cookie's value for a browser that just logged in as ``username``."""
+        nonce = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+        return f"{nonce}.{self._device_mac(username, nonce)}"
+
+    def device_of(self, username: str, cookie: str | None) -> str | None:
+        """Return the nonce of ``cookie`` if a login of ``username`` was given it, else None."""
+        match = DEVICE_COOKIE_VALUE.fullmatch(cookie or "")
+        if match is None:
+            return None
+        nonce, mac = match.groups()
+        if not hmac.compare_digest(mac, self._device_mac(username, nonce)):
+            return None
+        return nonce
+
+    def _device_mac(self, username: str, nonce: str) -> str:
+        # the nonce has a fixed length: no two (nonce, username) pairs give one message
+        message = f"{nonce}\0{username}".encode("utf-8", "surrogatepass")
+        mac = hmac.new(self._device_key, message, hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
     def _failed(self, error: CountersUnavailableError | None) -> NoReturn:
         """Refuse for a second without trying again, log at most once a minute, and raise."""

@@ -13,7 +13,11 @@ from werkzeug.routing import BaseConverter
 from app.events import Event, Reason
 from app.keys import get_key_ring
 from app.rate_limit import CountersUnavailableError, get_rate_limiter
-from app.rate_limit.login_failures import get_login_failure_limit
+from app.rate_limit.login_failures import (
+    DEVICE_COOKIE,
+    DEVICE_COOKIE_LIFETIME,
+    get_login_failure_limit,
+)
 from app.request_body import missing, optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
@@ -69,7 +73,21 @@ def login() -> Response:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
-    return json_response({"accessToken": _access_token(username), "refreshToken": refresh_token})
+    response = json_response(
+        {"accessToken": _access_token(username), "refreshToken": refresh_token}
+    )
+    failures = get_login_failure_limit()
+    if verified is not None and failures is not None:  # this browser's logins count apart
+        response.set_cookie(
+            DEVICE_COOKIE,
+            failures.device_cookie(username),
+            max_age=DEVICE_COOKIE_LIFETIME,
+            path="/login",
+            secure=current_settings().auth_cookie_secure,
+            httponly=True,
+            samesite="Strict",
+        )
+    return response
 
 
 @bp.post("/token")
@@ -173,7 +191,8 @@ def check_password(username: str, password: str | None) -> str | None:
     """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s; return
     the hash it matched (None without a directory).
 
-    Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked. Known
+    Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked; with a
+    device cookie that a login of the username was given, over the limit for that cookie. Known
     or not, a username gets the same answers, and the same line in the log, without the
     name: whether it exists shows nowhere, and a "username" may be a misplaced password.
     """
@@ -183,9 +202,11 @@ def check_password(username: str, password: str | None) -> str | None:
     if password is None:
         raise BadRequest("password is required")
     failures = get_login_failure_limit()
+    device = None
     if failures is not None:
+        device = failures.device_of(username, request.cookies.get(DEVICE_COOKIE))
         try:
-            wait = failures.attempt(username)
+            wait = failures.attempt(username, device)
         except CountersUnavailableError:
             note(rate_limit_error="1")
             raise ServiceUnavailable(
@@ -199,7 +220,7 @@ def check_password(username: str, password: str | None) -> str | None:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     if failures is not None:
-        failures.succeeded(username)
+        failures.succeeded(username, device)
     return verified
 
 
