@@ -222,6 +222,10 @@ class UserDirectory:
             self._reload()
         return self._users.get(username) == hashed
 
+    def hash_of(self, username: str) -> str | None:
+        """Return ``username``'s hash as the file was at the last look, or None."""
+        return self._users.get(username)
+
     def has(self, username: str) -> bool:
         """Return whether ``username`` is a user, as the file was at the last look."""
         if self.clock() >= self._next_look:

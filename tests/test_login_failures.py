@@ -274,6 +274,25 @@ def test_a_device_cookie_s_failures_count_on_its_own_counters(limited_app):
     assert log_in(client, password=PASSWORD, **with_device(other)).status_code == 200
 
 
+def test_a_new_password_ends_the_device_cookies_of_the_old_one(limited_app, users_file):
+    """A thief who logged in with a stolen password, however often, keeps no cookie that
+    outlives the reset: their guesses at the new one count on the username's counters."""
+    app = limited_app()
+    clock = app.extensions["user_directory"].clock = Clock()
+    client = app.test_client(use_cookies=False)
+    thiefs = [device_cookie(log_in(client, password=PASSWORD)) for _ in range(2)]
+    result = app.test_cli_runner().invoke(
+        args=["users", "add", "--replace", "alice"], input="the new password\n"
+    )
+    assert result.exit_code == 0, result.output
+    clock.now += 1  # the file read again
+    owners = device_cookie(log_in(client, password="the new password"))
+    fail(client)  # the username's counters, full
+    for cookie in thiefs:
+        assert log_in(client, **with_device(cookie)).status_code == 429
+    assert log_in(client, password="the new password", **with_device(owners)).status_code == 200
+
+
 def test_no_device_cookie_without_a_password_check(limited_app, make_app):
     assert "Set-Cookie" not in log_in(limited_app().test_client()).headers  # a failure
     open_login = make_app().test_client().post("/login", json={"username": "alice"})
@@ -295,21 +314,24 @@ def test_a_cookie_no_login_of_the_username_was_given_opens_nothing(limited_app, 
     """Forged, altered, another username's, or any text: the username's counters count it."""
     app = limited_app()
     failures = app.extensions["login_failure_limit"]
-    good = failures.device_cookie("alice")
+    hashed = app.extensions["user_directory"].hash_of("alice")
+    good = failures.device_cookie("alice", hashed)
     nonce, _, mac = good.partition(".")
     cookie = data.draw(
         st.one_of(
             st.text(max_size=60),
             st.from_regex(r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{22}", fullmatch=True),
-            st.just(failures.device_cookie("bob")),
-            st.just(failures.device_cookie("alice ")),
+            st.just(failures.device_cookie("bob", hashed)),
+            st.just(failures.device_cookie("alice ", hashed)),
+            st.just(failures.device_cookie("alice", HASHER.hash(PASSWORD))),  # another hash
             st.builds(lambda m: f"{nonce}.{m}", st.text(min_size=22, max_size=22)),
             st.just(f"{nonce}.{mac}="),
         )
     )
     assert cookie != good
-    assert failures.device_of("alice", cookie) is None
-    assert failures.device_of("alice", good) == nonce
+    assert failures.device_of("alice", hashed, cookie) is None
+    assert failures.device_of("alice", hashed, good) == nonce
+    assert failures.device_of("alice", None, good) is None  # no such user (any more)
 
 
 def test_the_device_cookie_is_not_secure_with_auth_cookie_secure_off(limited_app):

@@ -18,12 +18,14 @@ SIGNING_KEY_FILE with EdDSA or ES256. Not SIGNING_SECRET there: unset, each host
 generates its own, and N hosts would count N times the guesses.
 
 Device cookies (OWASP's "Slow Down Online Guessing Attacks with Device Cookies"): each
-successful login sets a cookie, a random nonce and its HMAC bound to the username. A
-login that presents a valid one for its username counts on the counters of that cookie,
-not on the username's: a username locked by guesses from elsewhere stays open to the
-browsers its user logged in with, each held to the same limit on its own. Guessers have
-no valid cookie (one is minted only by a right password), so they stay held to the
-username's counters, and nothing is reopened to them.
+successful login sets a cookie, a random nonce and its HMAC bound to the username and
+the user's password hash. A login that presents a valid one for its username counts on
+the counters of that cookie, not on the username's: a username locked by guesses from
+elsewhere stays open to the browsers its user logged in with, each held to the same
+limit on its own. Guessers have no valid cookie (one is minted only by a right
+password), so they stay held to the username's counters, and nothing is reopened to
+them; a new password ends every cookie minted before it, so a thief's cookies, however
+many, do not outlive the reset.
 
 When the counters' storage fails, this limit fails *closed*, unlike RATE_LIMIT_AUTH:
 it guards a password, not capacity, and with it off an attacker could guess at full
@@ -138,24 +140,26 @@ class LoginFailureLimit:
         digest = hashlib.sha256(device.encode()).hexdigest()[:32]
         return [f"{DEVICE_KEY_PREFIX}{digest}{suffix}" for _, _, suffix in self.windows]
 
-    def device_cookie(self, username: str) -> str:
-        """Return a new device cookie's value for a browser that just logged in as ``username``."""
+    def device_cookie(self, username: str, hashed: str) -> str:
+        """Return a new device cookie's value for a browser that just logged in as
+        ``username``, whose password hash is ``hashed``."""
         nonce = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
-        return f"{nonce}.{self._device_mac(username, nonce)}"
+        return f"{nonce}.{self._device_mac(nonce, username, hashed)}"
 
-    def device_of(self, username: str, cookie: str | None) -> str | None:
-        """Return the nonce of ``cookie`` if a login of ``username`` was given it, else None."""
+    def device_of(self, username: str, hashed: str | None, cookie: str | None) -> str | None:
+        """Return the nonce of ``cookie`` if a login of ``username`` was given it while the
+        user's password hash was ``hashed`` (None: no such user), else None."""
         match = DEVICE_COOKIE_VALUE.fullmatch(cookie or "")
-        if match is None:
+        if match is None or hashed is None:
             return None
         nonce, mac = match.groups()
-        if not hmac.compare_digest(mac, self._device_mac(username, nonce)):
+        if not hmac.compare_digest(mac, self._device_mac(nonce, username, hashed)):
             return None
         return nonce
 
-    def _device_mac(self, username: str, nonce: str) -> str:
-        # the nonce has a fixed length: no two (nonce, username) pairs give one message
-        message = f"{nonce}\0{username}".encode("utf-8", "surrogatepass")
+    def _device_mac(self, nonce: str, username: str, hashed: str) -> str:
+        # the nonce has a fixed length and no username holds a NUL: one message per triple
+        message = f"{nonce}{username}\0{hashed}".encode("utf-8", "surrogatepass")
         mac = hmac.new(self._device_key, message, hashlib.sha256).digest()[:16]
         return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 

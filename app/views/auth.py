@@ -80,7 +80,7 @@ def login() -> Response:
     if verified is not None and failures is not None:  # this browser's logins count apart
         response.set_cookie(
             DEVICE_COOKIE,
-            failures.device_cookie(username),
+            failures.device_cookie(username, verified),
             max_age=DEVICE_COOKIE_LIFETIME,
             path="/login",
             secure=current_settings().auth_cookie_secure,
@@ -192,9 +192,10 @@ def check_password(username: str, password: str | None) -> str | None:
     the hash it matched (None without a directory).
 
     Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked; with a
-    device cookie that a login of the username was given, over the limit for that cookie. Known
-    or not, a username gets the same answers, and the same line in the log, without the
-    name: whether it exists shows nowhere, and a "username" may be a misplaced password.
+    device cookie that a login of the username was given under its current password, over
+    the limit for that cookie. Known or not, a username gets the same answers, and the same
+    line in the log, without the name: whether it exists shows nowhere, and a "username"
+    may be a misplaced password.
     """
     users = get_user_directory()
     if users is None:
@@ -204,7 +205,8 @@ def check_password(username: str, password: str | None) -> str | None:
     failures = get_login_failure_limit()
     device = None
     if failures is not None:
-        device = failures.device_of(username, request.cookies.get(DEVICE_COOKIE))
+        cookie = request.cookies.get(DEVICE_COOKIE)
+        device = failures.device_of(username, users.hash_of(username), cookie)
         try:
             wait = failures.attempt(username, device)
         except CountersUnavailableError:
