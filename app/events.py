@@ -48,6 +48,8 @@ class Reason(StrEnum):
     UNKNOWN_REFRESH_TOKEN = "unknown_refresh_token"
     ANOTHER_USERS_TOKEN = "another_users_token"
     REUSED_REFRESH_TOKEN = "reused_refresh_token"
+    #: With USERS_FILE: a refresh token of a username the directory no longer holds.
+    USER_NOT_IN_DIRECTORY = "user_not_in_directory"
     #: POST /login 401 with USERS_FILE: a wrong password and an unknown user alike, so
     #: that neither the log nor the metrics tell whether a username exists.
     BAD_CREDENTIALS = "bad_credentials"

@@ -7,8 +7,9 @@ old one, so a reader sees the old file or the new one, never half of one; writer
 take a lock beside it (``<USERS_FILE>.lock``), so no write undoes another.
 
 Each process reads the file again when it changes (inode, size or mtime), checked
-at most once a second, with no restart. A hash made with weaker parameters than
-``HASHER``'s is replaced at its user's next successful login.
+at most once a second, with no restart, and once more after each successful login, so
+that a login racing a password change or a removal keeps no refresh token. A hash made
+with weaker parameters than ``HASHER``'s is replaced at its user's next successful login.
 """
 
 from __future__ import annotations
@@ -186,11 +187,13 @@ class UserDirectory:
         self._dummy_hash = hasher.hash(secrets.token_hex(16))
         self._reload()
 
-    def authenticate(self, username: str, password: str) -> bool:
-        """Return whether ``password`` is ``username``'s; upgrade the hash if it is.
+    def authenticate(self, username: str, password: str) -> str | None:
+        """Return ``username``'s hash if ``password`` is theirs (upgraded if it was weaker),
+        else None.
 
-        False alike for a wrong password and an unknown user: callers cannot tell them
-        apart, so neither can anything they show (answers, log lines, metrics).
+        None alike for a wrong password and an unknown user: callers cannot tell them
+        apart, so neither can anything they show (answers, log lines, metrics). The hash
+        returned is what ``still_holds`` compares the file with after the login.
         """
         if self.clock() >= self._next_look:
             self._reload_if_changed()
@@ -198,15 +201,36 @@ class UserDirectory:
         try:
             self.hasher.verify(hashed or self._dummy_hash, password)
         except VerifyMismatchError:
-            return False
+            return None
         except (VerificationError, InvalidHashError):  # a hash the library cannot check
             logger.error("USERS_FILE: the hash of %r cannot be checked", username)
-            return False
+            return None
         if hashed is None:  # the dummy's password is random: never found
-            return False
+            return None
         if self.hasher.check_needs_rehash(hashed):
-            self._upgrade(username, hashed, password)
-        return True
+            return self._upgrade(username, hashed, password)
+        return hashed
+
+    def still_holds(self, username: str, hashed: str) -> bool:
+        """Return whether the file still gives ``username`` the hash ``hashed``, looked at now.
+
+        Called after a login recorded its refresh token: ``flask users`` changes the file
+        before it revokes the user's tokens, so a login that recorded its token after the
+        revocation finds the change here, whatever the reload interval.
+        """
+        with self._lock:
+            self._reload()
+        return self._users.get(username) == hashed
+
+    def hash_of(self, username: str) -> str | None:
+        """Return ``username``'s hash as the file was at the last look, or None."""
+        return self._users.get(username)
+
+    def has(self, username: str) -> bool:
+        """Return whether ``username`` is a user, as the file was at the last look."""
+        if self.clock() >= self._next_look:
+            self._reload_if_changed()
+        return username in self._users
 
     def _reload_if_changed(self) -> None:
         with self._lock:
@@ -244,8 +268,9 @@ class UserDirectory:
                 logger.info("USERS_FILE %s read again: %d users", self.path, len(users))
         self._signature = signature  # a broken file is reported once, not once a second
 
-    def _upgrade(self, username: str, hashed: str, password: str) -> None:
-        """Replace a hash made with other parameters by one made with ``hasher``'s."""
+    def _upgrade(self, username: str, hashed: str, password: str) -> str:
+        """Replace a hash made with other parameters by one made with ``hasher``'s; return
+        the hash the file holds for ``username`` as far as this login knows."""
         upgraded = self.hasher.hash(password)
 
         def replace(users: dict[str, str]) -> bool:
@@ -255,12 +280,15 @@ class UserDirectory:
             return True
 
         try:
-            if change_users(self.path, replace):
-                logger.info("USERS_FILE: the password hash of %r upgraded", username)
+            if not change_users(self.path, replace):
+                return hashed  # the file's new hash is not this one: still_holds says so
         except (OSError, UsersFileError) as error:
             logger.warning("USERS_FILE: cannot upgrade the hash of %r: %s", username, error)
-            return
-        self._users = {**self._users, username: upgraded}
+            return hashed
+        logger.info("USERS_FILE: the password hash of %r upgraded", username)
+        with self._lock:
+            self._users = {**self._users, username: upgraded}
+        return upgraded
 
 
 def init_user_directory(app: Flask, settings: Settings) -> None:

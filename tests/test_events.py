@@ -56,6 +56,7 @@ HOMONYMS = {
     ("app/cli/tokens.py", "revoke"),  # a command
     ("app/metrics.py", "rate_limited"),  # a slot
     ("app/views/auth.py", "login"),  # the rate limit's endpoint
+    ("app/views/auth.py", "revoke"),  # the rate limit's endpoint
     ("app/store/redis.py", "login"),  # a Lua script's name
 }
 

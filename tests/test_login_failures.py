@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +13,8 @@ import psycopg
 import pytest
 import redis
 from argon2 import PasswordHasher
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.config import DEFAULT_LOGIN_FAILURE_LIMIT, ConfigError, Settings
 from app.rate_limit import SQLITE_FILE_NAME
@@ -180,7 +183,7 @@ def test_no_argon2_check_is_spent_over_the_limit(limited_app):
 
 
 def test_a_successful_login_takes_its_attempt_back(limited_app):
-    client = limited_app().test_client()
+    client = limited_app().test_client(use_cookies=False)  # no device cookie: the username's
     fail(client, times=LIMIT - 1)
     for _ in range(3):  # only failures count: logging in often is no offence
         assert log_in(client, password=PASSWORD).status_code == 200
@@ -210,6 +213,130 @@ def test_apps_sharing_the_counters_share_the_limit(limited_app):
         assert log_in(one if n % 2 else other).status_code == 401
     assert log_in(one, password=PASSWORD).status_code == 429
     assert log_in(other, password=PASSWORD).status_code == 429
+
+
+@pytest.mark.store("redis", "postgresql")  # the stores that hosts share
+@pytest.mark.parametrize("signing_algorithm", ["EdDSA", "ES256"], indirect=True)
+def test_hosts_with_one_key_file_and_secrets_of_their_own_share_the_limit(limited_app, signing_key):
+    """With a key pair, SIGNING_SECRET only keys the login state cookie: unset, each host
+    generates its own. The counters are keyed by the key file every host shares."""
+    assert signing_key.key_file is not None
+    one, other = (
+        limited_app(SIGNING_SECRET=secrets.token_urlsafe(48)).test_client() for _ in range(2)
+    )
+    for n in range(LIMIT):
+        assert log_in(one if n % 2 else other).status_code == 401
+    assert log_in(one, password=PASSWORD).status_code == 429
+    assert log_in(other, password=PASSWORD).status_code == 429
+
+
+# --- device cookies --------------------------------------------------------------------
+
+
+def device_cookie(response) -> str:
+    """Return the device cookie a login set, after checking its attributes."""
+    (header,) = [h for h in response.headers.getlist("Set-Cookie") if h.startswith("login_device=")]
+    value, *attributes = [part.strip() for part in header.split(";")]
+    assert sorted(attributes) == sorted(
+        ["Secure", "HttpOnly", "Path=/login", "SameSite=Strict", f"Max-Age={365 * 24 * 3600}"]
+        + [a for a in attributes if a.startswith("Expires=")]
+    )
+    return value.partition("=")[2]
+
+
+def with_device(value: str) -> dict:
+    """The cookie as a browser sends it back (to a client made with use_cookies=False)."""
+    return {"headers": {"Cookie": f"login_device={value}"}}
+
+
+def test_a_browser_its_user_logged_in_with_gets_in_while_guessers_lock_the_username(
+    limited_app,
+):
+    """Two hosts: the cookie one set is good on the other, and only for its username."""
+    owner, guesser = (limited_app().test_client(use_cookies=False) for _ in range(2))
+    alices = device_cookie(log_in(owner, password=PASSWORD))
+    bobs = device_cookie(log_in(owner, "bob", PASSWORD))
+    fail(guesser)
+    assert log_in(guesser, password=PASSWORD).status_code == 429  # no cookie: locked
+    assert log_in(guesser, password=PASSWORD, **with_device(bobs)).status_code == 429
+    response = log_in(guesser, password=PASSWORD, **with_device(alices))
+    assert response.status_code == 200
+    assert device_cookie(response) != alices  # a new one at each login
+
+
+def test_a_device_cookie_s_failures_count_on_its_own_counters(limited_app):
+    client = limited_app().test_client(use_cookies=False)
+    cookie = device_cookie(log_in(client, password=PASSWORD))
+    for _ in range(LIMIT):
+        assert log_in(client, **with_device(cookie)).status_code == 401
+    assert log_in(client, password=PASSWORD, **with_device(cookie)).status_code == 429
+    other = device_cookie(log_in(client, password=PASSWORD))  # the username's: untouched
+    assert log_in(client, password=PASSWORD, **with_device(other)).status_code == 200
+
+
+def test_a_new_password_ends_the_device_cookies_of_the_old_one(limited_app, users_file):
+    """A thief who logged in with a stolen password, however often, keeps no cookie that
+    outlives the reset: their guesses at the new one count on the username's counters."""
+    app = limited_app()
+    clock = app.extensions["user_directory"].clock = Clock()
+    client = app.test_client(use_cookies=False)
+    thiefs = [device_cookie(log_in(client, password=PASSWORD)) for _ in range(2)]
+    result = app.test_cli_runner().invoke(
+        args=["users", "add", "--replace", "alice"], input="the new password\n"
+    )
+    assert result.exit_code == 0, result.output
+    clock.now += 1  # the file read again
+    owners = device_cookie(log_in(client, password="the new password"))
+    fail(client)  # the username's counters, full
+    for cookie in thiefs:
+        assert log_in(client, **with_device(cookie)).status_code == 429
+    assert log_in(client, password="the new password", **with_device(owners)).status_code == 200
+
+
+def test_no_device_cookie_without_a_password_check(limited_app, make_app):
+    assert "Set-Cookie" not in log_in(limited_app().test_client()).headers  # a failure
+    open_login = make_app().test_client().post("/login", json={"username": "alice"})
+    assert "Set-Cookie" not in open_login.headers
+    off = limited_app(LOGIN_FAILURE_LIMIT="off").test_client()
+    assert "Set-Cookie" not in log_in(off, password=PASSWORD).headers
+
+
+@pytest.mark.store("sqlite")  # the cookie's check does not depend on the store
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_a_cookie_no_login_of_the_username_was_given_opens_nothing(limited_app, data):
+    """Forged, altered, another username's, or any text: the username's counters count it."""
+    app = limited_app()
+    failures = app.extensions["login_failure_limit"]
+    hashed = app.extensions["user_directory"].hash_of("alice")
+    good = failures.device_cookie("alice", hashed)
+    nonce, _, mac = good.partition(".")
+    cookie = data.draw(
+        st.one_of(
+            st.text(max_size=60),
+            st.from_regex(r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{22}", fullmatch=True),
+            st.just(failures.device_cookie("bob", hashed)),
+            st.just(failures.device_cookie("alice ", hashed)),
+            st.just(failures.device_cookie("alice", HASHER.hash(PASSWORD))),  # another hash
+            st.builds(lambda m: f"{nonce}.{m}", st.text(min_size=22, max_size=22)),
+            st.just(f"{nonce}.{mac}="),
+        )
+    )
+    assert cookie != good
+    assert failures.device_of("alice", hashed, cookie) is None
+    assert failures.device_of("alice", hashed, good) == nonce
+    assert failures.device_of("alice", None, good) is None  # no such user (any more)
+
+
+def test_the_device_cookie_is_not_secure_with_auth_cookie_secure_off(limited_app):
+    response = log_in(limited_app(AUTH_COOKIE_SECURE="false").test_client(), password=PASSWORD)
+    assert "Secure" not in response.headers["Set-Cookie"]
 
 
 def test_the_counters_never_hold_the_username(limited_app, instance_path, store_backend):

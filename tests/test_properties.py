@@ -212,9 +212,7 @@ def test_a_refresh_token_refreshes_for_exactly_its_user_and_role(
         response = client.post("/token", json=fields)
     else:
         response = client.post("/token", data=fields)
-    assert response.status_code < 500
-    if response.status_code == 400:  # a field the body rules refuse (a surrogate, a length)
-        return
+    # any string is a username here: one that login refuses has no token recorded, so 401
     assert response.status_code == (200 if owners.get(refresh_token) == username else 401)
     check_tokens_of(response, username, signing_key)
 
@@ -236,7 +234,7 @@ def test_login_issues_tokens_for_the_username_sent_and_its_role_only(
         other = username + "x"
         for name, status in [(username, 200), (other, 401)]:
             answer = client.post("/token", json={"username": name, "refreshToken": refresh_token})
-            assert answer.status_code in {status, 400}  # 400: `other` is one too long
+            assert answer.status_code == status  # `other` may be one too long: 401 too
             check_tokens_of(answer, name, signing_key)
 
 

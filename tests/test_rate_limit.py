@@ -149,6 +149,33 @@ def test_login_and_token_each_count_on_their_own(make_app):
     assert_too_many_requests(refresh(client, token), 60)
 
 
+def revoke(client, token: str, address: str = CLIENT):
+    return client.delete(f"/token/{token}", **from_address(address))
+
+
+def test_revocation_is_limited_on_its_own_and_stays_204_under_the_limit(make_app, capfd):
+    """DELETE /token/... counts apart from /login and /token; under the limit it is SPEC.md's
+    204 for a known token as for an unknown one, and over it the 429 of the other two,
+    before the store is reached (the known token stays)."""
+    app = make_app(RATE_LIMIT_AUTH="3 per minute")
+    client = app.test_client()
+    known = [login(client)["refreshToken"] for _ in range(4)]  # from loopback: not counted
+    assert log_in(client).status_code == 200
+    for token in [known[0], "x" * 42, known[1]]:
+        response = revoke(client, token)
+        assert (response.status_code, response.data) == (204, b"")
+        assert response.headers["Cache-Control"] == "no-store"
+    capfd.readouterr()
+    assert_too_many_requests(revoke(client, known[2]), 60)
+    (line,) = request_lines(capfd)
+    assert (line["status"], line["reason"], line["event"]) == (429, "rate_limited", "rate_limited")
+    assert known[2] not in json.dumps(line)
+    assert refresh(client, known[2]).status_code == 200  # not revoked; /token has room
+    assert revoke(client, known[2], SOMEONE_ELSE).status_code == 204
+    assert refresh(client, known[2], SOMEONE_ELSE).status_code == 401
+    assert revoke(client, known[3], "127.0.0.1").status_code == 204  # exempt as ever
+
+
 def test_refused_bodies_count_too_and_the_429_comes_before_the_body_is_read(make_app):
     client = make_app(RATE_LIMIT_AUTH="2 per minute").test_client()
     for _ in range(2):
@@ -292,8 +319,9 @@ def test_the_429_and_its_retry_after_match_the_openapi_document(make_app):
     for method, path, call in [
         ("post", "/login", lambda: log_in(client)),
         ("post", "/token", lambda: refresh(client, token)),
+        ("delete", "/token/{refreshToken}", lambda: revoke(client, "x" * 42)),
     ]:
-        assert call().status_code == 200
+        assert call().status_code in {200, 204}
         response = call()
         assert response.status_code == 429
         declared = assert_documented(document, method, path, response)
@@ -303,8 +331,9 @@ def test_the_429_and_its_retry_after_match_the_openapi_document(make_app):
 def test_the_document_lists_the_429_only_when_limits_are_on(make_app):
     for setting, listed in [("3 per minute", True), ("off", False)]:
         document = document_of(make_app(RATE_LIMIT_AUTH=setting).test_client())
-        for path in ["/login", "/token"]:
-            assert ("429" in document["paths"][path]["post"]["responses"]) is listed
+        for path, method in [("/login", "post"), ("/token", "post"), ("/token/{t}", "delete")]:
+            path = path.replace("{t}", "{refreshToken}")
+            assert ("429" in document["paths"][path][method]["responses"]) is listed
 
 
 # --- when the counters' storage fails -------------------------------------------------

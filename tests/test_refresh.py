@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.usernames import UNSAFE_USERNAME_CHARACTERS
 from tests.conftest import login
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
@@ -117,3 +122,45 @@ def test_bad_refresh_fields_are_400(client, body, message):
     response = client.post("/token", json=body)
     assert response.status_code == 400
     assert response.get_json() == {"message": message}
+
+
+#: Strings that login refuses as a username: a control, separator or bidirectional control
+#: anywhere (a trailing NUL or newline among them), only whitespace, empty, too long.
+REFUSED_USERNAMES = st.one_of(
+    st.builds(
+        lambda before, unsafe, after: before + unsafe + after,
+        st.text(max_size=20),
+        st.from_regex(UNSAFE_USERNAME_CHARACTERS, fullmatch=True),
+        st.text(max_size=20),
+    ),
+    st.sampled_from(["alice\x00", "alice\n", "alice\r\n", "", " ", "\t\n"]),
+    st.text(alphabet=" \u00a0\u2003\u3000", min_size=1, max_size=5),
+    st.text(alphabet="ab", min_size=257, max_size=300),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(username=REFUSED_USERNAMES, encoding=st.sampled_from(["json", "form"]))
+def test_a_username_that_login_refuses_is_the_401_of_another_users_token(
+    client, username, encoding
+):
+    """No refresh token is recorded for such a name: SPEC.md's 401, not a 400."""
+    assert client.post("/login", json={"username": username}).status_code == 400
+    tokens = login(client, "alice")
+    fields = {"username": username, "refreshToken": tokens["refreshToken"]}
+    body = {"json": fields} if encoding == "json" else {"data": fields}
+    assert_unauthorized(client.post("/token", **body))
+
+
+def test_a_username_with_a_lone_surrogate_is_401_too(client):
+    tokens = login(client, "alice")
+    text = json.dumps({"username": "alice", "refreshToken": tokens["refreshToken"]})
+    body = text.replace('"alice"', '"alice\\ud800"')
+    response = client.post("/token", data=body, content_type="application/json")
+    assert_unauthorized(response)

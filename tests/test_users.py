@@ -365,13 +365,14 @@ def test_add_list_and_remove(users_runner, users_file, caplog):
     caplog.set_level(logging.INFO)
     for name in ["bob", "alice", "Zoë Q"]:
         result = runner.invoke(args=["users", "add", name], input=f"{name} password\n")
-        assert (result.exit_code, result.stdout) == (0, f"added {name!r}\n")
+        assert result.exit_code == 0
+        assert result.stdout == f"added {name!r}; revoked 0 refresh tokens\n"
     assert os.stat(users_file).st_mode & 0o777 == 0o600
     assert runner.invoke(args=["users", "list"]).stdout == "Zoë Q\nalice\nbob\n"
     users = json.loads(users_file.read_text(encoding="utf-8"))
     assert HASHER.verify(users["Zoë Q"], "Zoë Q password")
     result = runner.invoke(args=["users", "remove", "bob"])
-    assert (result.exit_code, result.stdout) == (0, "removed 'bob'\n")
+    assert (result.exit_code, result.stdout) == (0, "removed 'bob'; revoked 0 refresh tokens\n")
     assert runner.invoke(args=["users", "list"]).stdout == "Zoë Q\nalice\n"
     events = [(r.event, r.user) for r in caplog.records if hasattr(r, "event")]
     assert events == [
@@ -393,7 +394,8 @@ def test_add_refuses_an_existing_user_unless_replace(users_runner, users_file, c
     caplog.set_level(logging.INFO)
     caplog.clear()
     result = runner.invoke(args=["users", "add", "--replace", "alice"], input="second password\n")
-    assert (result.exit_code, result.stdout) == (0, "new password for 'alice'\n")
+    assert result.exit_code == 0
+    assert result.stdout == "new password for 'alice'; revoked 0 refresh tokens\n"
     assert [r.event for r in caplog.records if hasattr(r, "event")] == ["user_password_changed"]
     client = app.test_client()
     assert log_in(client, password="second password").status_code == 200
@@ -521,6 +523,150 @@ def test_flask_users_logs_one_event_line_in_the_service_format(users_file, tmp_p
         assert line["event"] == {"add": "user_added", "remove": "user_removed"}[args[0]]
         assert (line["level"], line["logger"], line["user"]) == ("INFO", "app", "dave")
         assert "daves password" not in result.stderr + result.stdout
+
+
+# --- a changed password or a removed user ends the user's sessions ---------------------
+
+EVERY_STORE = pytest.mark.store("sqlite", "redis", "postgresql")
+
+
+def refresh(client, username: str, refresh_token: str):
+    return client.post("/token", json={"username": username, "refreshToken": refresh_token})
+
+
+def refresh_tokens(client, username: str, password: str, count: int) -> list[str]:
+    tokens = []
+    for _ in range(count):
+        response = log_in(client, username, password)
+        assert response.status_code == 200, response.data
+        tokens.append(response.get_json()["refreshToken"])
+    return tokens
+
+
+@EVERY_STORE
+@pytest.mark.parametrize("rotation", ["off", "on"])
+def test_a_new_password_or_a_removal_revokes_every_refresh_token_of_the_user(
+    directory_app, users_file, rotation
+):
+    write_users(users_file, alice=PASSWORD, bob="bobs password")
+    app = directory_app(REFRESH_TOKEN_ROTATION=rotation)
+    client, runner = app.test_client(), app.test_cli_runner()
+    alices = refresh_tokens(client, "alice", PASSWORD, 2)
+    (bobs,) = refresh_tokens(client, "bob", "bobs password", 1)
+    result = runner.invoke(args=["users", "add", "--replace", "alice"], input="new password\n")
+    assert (result.exit_code, result.stdout) == (
+        0,
+        "new password for 'alice'; revoked 2 refresh tokens\n",
+    )
+    for token in alices:
+        assert_unauthorized(refresh(client, "alice", token))
+    response = refresh(client, "bob", bobs)
+    assert response.status_code == 200
+    bobs = response.get_json().get("refreshToken", bobs)
+    result = runner.invoke(args=["users", "remove", "bob"])
+    assert (result.exit_code, result.stdout) == (0, "removed 'bob'; revoked 1 refresh token\n")
+    assert_unauthorized(refresh(client, "bob", bobs))
+    assert app.extensions["token_store"].tokens_of("bob") == []
+
+
+@EVERY_STORE
+def test_adding_a_user_revokes_the_tokens_the_name_had_before(make_app, users_file):
+    """Tokens that an open login (no USERS_FILE) gave anyone for a name are not the user's."""
+    open_client = make_app().test_client()
+    earlier = log_in(open_client, "alice", "anything").get_json()["refreshToken"]
+    app = make_app(USERS_FILE=str(users_file))
+    result = app.test_cli_runner().invoke(args=["users", "add", "alice"], input=PASSWORD + "\n")
+    assert (result.exit_code, result.stdout) == (0, "added 'alice'; revoked 1 refresh token\n")
+    app.extensions["user_directory"].clock = lambda: 10.0**9  # look at the file again now
+    assert_unauthorized(refresh(app.test_client(), "alice", earlier))
+
+
+@EVERY_STORE
+@pytest.mark.parametrize("rotation", ["off", "on"])
+def test_a_refresh_for_a_user_no_longer_in_the_directory_is_401(
+    directory_app, users_file, rotation, capfd
+):
+    """Removed from the file by hand (no `flask users`, so no revocation): within the reload
+    interval, the user's refresh tokens are refused; back in the file, they work again."""
+    app = directory_app(REFRESH_TOKEN_ROTATION=rotation)
+    clock = app.extensions["user_directory"].clock = Clock()
+    client = app.test_client()
+    (token,) = refresh_tokens(client, "alice", PASSWORD, 1)
+    hashed = json.loads(users_file.read_text())["alice"]
+    change_users(str(users_file), lambda users: users.pop("alice") is not None)
+    clock.now += 1
+    capfd.readouterr()
+    assert_unauthorized(refresh(client, "alice", token))
+    (line,) = request_lines(capfd)
+    assert (line["user"], line["reason"], line["event"]) == (
+        "alice",
+        "user_not_in_directory",
+        "refresh_failed",
+    )
+    change_users(str(users_file), lambda users: users.update(alice=hashed) or True)
+    clock.now += 1
+    response = refresh(client, "alice", token)
+    if rotation == "off":
+        assert response.status_code == 200
+    else:  # the refused refresh revoked the family it had rotated
+        assert_unauthorized(response)
+        assert app.extensions["token_store"].tokens_of("alice") == []
+
+
+@EVERY_STORE
+@pytest.mark.parametrize("change", ["replace", "remove"])
+def test_a_login_checked_before_a_change_and_recorded_after_its_revocation_keeps_no_token(
+    directory_app, users_file, change, monkeypatch
+):
+    """`flask users` runs between the login's password check and the recording of its
+    refresh token, in the same second: the login is refused and its token taken back."""
+    app = directory_app()
+    client, runner = app.test_client(), app.test_cli_runner()
+    assert log_in(client).status_code == 200  # the directory has read the file
+    store = app.extensions["token_store"]
+    issue = store.issue
+
+    def issue_after_the_change(token: str, username: str) -> None:
+        args = ["add", "--replace", "alice"] if change == "replace" else ["remove", "alice"]
+        result = runner.invoke(args=["users", *args], input="new password\n")
+        assert result.exit_code == 0, result.output
+        issue(token, username)
+
+    monkeypatch.setattr(store, "issue", issue_after_the_change)
+    assert_unauthorized(log_in(client))
+    assert store.tokens_of("alice") == []
+
+
+def test_a_login_that_upgrades_its_hash_keeps_its_token(directory_app, users_file):
+    write_users(users_file, OLD_HASHER, alice=PASSWORD)
+    app = directory_app()
+    response = log_in(app.test_client())
+    assert response.status_code == 200
+    assert len(app.extensions["token_store"].tokens_of("alice")) == 1
+
+
+@pytest.mark.parametrize("args", [["add", "--replace", "alice"], ["remove", "alice"]])
+def test_a_change_with_the_store_down_says_the_tokens_were_not_revoked(
+    directory_app, users_file, args, monkeypatch
+):
+    from app.store import StoreUnavailableError
+
+    app = directory_app()
+    store = app.extensions["token_store"]
+
+    def unavailable(username: str) -> int:
+        raise StoreUnavailableError("connection refused")
+
+    monkeypatch.setattr(store, "revoke_all", unavailable)
+    result = app.test_cli_runner().invoke(args=["users", *args], input="new password\n")
+    assert result.exit_code == 1
+    done = "new password for 'alice'" if args[0] == "add" else "removed 'alice'"
+    assert result.stderr == (
+        f"Error: {done}, but its refresh tokens were not revoked, the token store is"
+        " unavailable: connection refused; run `flask tokens revoke-user alice` once it"
+        " answers\n"
+    )
+    assert "Traceback" not in result.output
 
 
 # --- the document ---------------------------------------------------------------------

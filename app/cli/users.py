@@ -17,6 +17,7 @@ from app.cli.arguments import read_one_line, valid_username
 from app.events import Event
 from app.logging_config import logging_config
 from app.settings import current_settings
+from app.store import StoreUnavailableError, get_store
 from app.users import (
     HASHER,
     MIN_PASSWORD_LENGTH,
@@ -87,11 +88,31 @@ def users_file_errors(path: str) -> Iterator[None]:
         raise click.ClickException(f"USERS_FILE {path}: {error.strerror}") from None
 
 
+def revoke_tokens(name: str, change: str) -> str:
+    """Revoke every refresh token of ``name``, after its entry in the file changed; return
+    what to print of it. Exit status 1, saying what to run, when the store cannot answer.
+
+    The file is written first: a login checked against the old entry and recording its
+    token after this revocation finds the new entry and takes its token back.
+    """
+    try:
+        revoked = get_store().revoke_all(name)
+    except StoreUnavailableError as error:
+        raise click.ClickException(
+            f"{change}, but its refresh tokens were not revoked, the token store is"
+            f" unavailable: {error}; run `flask tokens revoke-user {name}` once it answers"
+        ) from None
+    return f"revoked {revoked} refresh token{'' if revoked == 1 else 's'}"
+
+
 @users.command("add")
 @click.argument("name", callback=directory_username)
 @click.option("--replace", is_flag=True, help="Give an existing user a new password.")
 def add_user_command(name: str, replace: bool) -> None:
-    """Add the user NAME; the password is read from standard input, or asked for twice."""
+    """Add the user NAME; the password is read from standard input, or asked for twice.
+
+    Every refresh token of NAME is revoked, with a new password as with a new user.
+    """
     path = users_file()
     hashed = HASHER.hash(read_password())
     existed = False
@@ -112,23 +133,25 @@ def add_user_command(name: str, replace: bool) -> None:
         raise click.ClickException(f"the user {name!r} exists; --replace sets a new password")
     if existed:
         log_event(Event.USER_PASSWORD_CHANGED, "user password changed: %r", name, user=name)
-        click.echo(f"new password for {name!r}")
-    else:
+        done = f"new password for {name!r}"
+    else:  # tokens issued to the name before (an open login, say) are not this user's
         log_event(Event.USER_ADDED, "user added: %r", name, user=name)
-        click.echo(f"added {name!r}")
+        done = f"added {name!r}"
+    click.echo(f"{done}; {revoke_tokens(name, done)}")
 
 
 @users.command("remove")
 @click.argument("name", callback=valid_username)
 def remove_user_command(name: str) -> None:
-    """Remove the user NAME (its refresh tokens stay: `flask tokens revoke-user NAME`)."""
+    """Remove the user NAME and revoke every refresh token of NAME."""
     path = users_file()
     with users_file_errors(path):
         removed = change_users(path, lambda directory: directory.pop(name, None) is not None)
     if not removed:
         raise click.ClickException(f"no user {name!r} in {path}")
     log_event(Event.USER_REMOVED, "user removed: %r", name, user=name)
-    click.echo(f"removed {name!r}")
+    done = f"removed {name!r}"
+    click.echo(f"{done}; {revoke_tokens(name, done)}")
 
 
 @users.command("list")

@@ -1,4 +1,4 @@
-"""Rate limits per client address on /login and /token (RATE_LIMIT_AUTH).
+"""Rate limits per client address on /login, /token and DELETE /token/... (RATE_LIMIT_AUTH).
 
 Each endpoint counts on its own, per client address as the app sees it
 (``request.remote_addr``, after ``app.proxy``): IPv4 addresses one by one, IPv6 ones by
@@ -17,7 +17,7 @@ whatever the number of limits.
 they make a round trip per limit, and one more for the time left. Flask-Limiter is
 not used either: it adds a hook to every request of every endpoint, and its
 ``swallow_errors`` logs a line per failed request. Here the check costs only the
-two endpoints it guards, and when the counters' storage fails the limiter fails
+three endpoints it guards, and when the counters' storage fails the limiter fails
 open, for the limit only: the request goes on unchecked, the failure is counted
 (``on_storage_failure``), and it is logged at most once a minute per process.
 """

@@ -13,8 +13,12 @@ from werkzeug.routing import BaseConverter
 from app.events import Event, Reason
 from app.keys import get_key_ring
 from app.rate_limit import CountersUnavailableError, get_rate_limiter
-from app.rate_limit.login_failures import get_login_failure_limit
-from app.request_body import optional_string, read_fields, required_string
+from app.rate_limit.login_failures import (
+    DEVICE_COOKIE,
+    DEVICE_COOKIE_LIFETIME,
+    get_login_failure_limit,
+)
+from app.request_body import missing, optional_string, read_fields, required_string
 from app.request_log import note
 from app.responses import bodiless, json_response
 from app.settings import current_settings
@@ -26,7 +30,7 @@ from app.tokens import (
     role_for,
     token_username_problem,
 )
-from app.users import get_user_directory
+from app.users import get_user_directory, username_problem
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"
@@ -57,11 +61,33 @@ def login() -> Response:
     limit_rate("login")
     fields = read_fields()
     username = required_username(fields)
-    check_password(username, optional_string(fields, "password"))
+    verified = check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
-    get_store().issue(refresh_token, username)
+    store = get_store()
+    store.issue(refresh_token, username)
+    users = get_user_directory()
+    if users is not None and verified is not None and not users.still_holds(username, verified):
+        # `flask users` changed or removed the user after the password was checked, and may
+        # have revoked the user's tokens before this one was recorded
+        store.revoke(refresh_token)
+        note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
+        raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
-    return json_response({"accessToken": _access_token(username), "refreshToken": refresh_token})
+    response = json_response(
+        {"accessToken": _access_token(username), "refreshToken": refresh_token}
+    )
+    failures = get_login_failure_limit()
+    if verified is not None and failures is not None:  # this browser's logins count apart
+        response.set_cookie(
+            DEVICE_COOKIE,
+            failures.device_cookie(username, verified),
+            max_age=DEVICE_COOKIE_LIFETIME,
+            path="/login",
+            secure=current_settings().auth_cookie_secure,
+            httponly=True,
+            samesite="Strict",
+        )
+    return response
 
 
 @bp.post("/token")
@@ -72,10 +98,13 @@ def refresh() -> Response:
     """
     limit_rate("token")
     fields = read_fields()
-    username = required_username(fields)
+    username = presented_username(fields)
     refresh_token = optional_string(fields, "refreshToken")
     if refresh_token is None:
         raise BadRequest("refreshToken is required")
+    if username_problem(username) is not None:  # no login recorded a token for it
+        note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
     if current_settings().refresh_token_rotation:
         return _rotate(refresh_token, username)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
@@ -85,6 +114,7 @@ def refresh() -> Response:
             event=Event.REFRESH_FAILED,
         )
         raise Unauthorized()
+    refuse_unknown_user(username)
     note(user=username, event=Event.REFRESH)
     return json_response({"accessToken": _access_token(username)})
 
@@ -108,9 +138,44 @@ def _rotate(refresh_token: str, username: str) -> Response:
             family=rotation.family,
         )
         raise Unauthorized()
+    if not in_directory(username):
+        get_store().revoke(successor)  # the family with it: no user, no session
+        note(user=username, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
     return json_response({"accessToken": _access_token(username), "refreshToken": successor})
+
+
+def in_directory(username: str) -> bool:
+    """Return whether ``username`` may be refreshed: a user of USERS_FILE, or any without one.
+
+    Asked only once the refresh token matched the username, so that how long a refusal
+    takes tells nothing about which usernames exist.
+    """
+    users = get_user_directory()
+    return users is None or users.has(username)
+
+
+def refuse_unknown_user(username: str) -> None:
+    """401 for a refresh token of a username the user directory no longer holds."""
+    if not in_directory(username):
+        note(user=username, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
+
+
+def presented_username(fields: dict[str, Any]) -> str:
+    """Return the username of a /token body, any string: 400 only if missing or not one.
+
+    A string that login would refuse is no 400 here: no refresh token is recorded for it,
+    so SPEC.md's answer to it is the 401 of a token recorded for another username.
+    """
+    username = fields.get("username")
+    if username is None:
+        raise missing(fields, "username")
+    if not isinstance(username, str):
+        raise BadRequest("username must be a string")
+    return username
 
 
 def required_username(fields: dict[str, Any]) -> str:
@@ -122,22 +187,28 @@ def required_username(fields: dict[str, Any]) -> str:
     return username
 
 
-def check_password(username: str, password: str | None) -> None:
-    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s.
+def check_password(username: str, password: str | None) -> str | None:
+    """With a user directory (USERS_FILE), 401 unless ``password`` is ``username``'s; return
+    the hash it matched (None without a directory).
 
-    Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked. Known
-    or not, a username gets the same answers, and the same line in the log, without the
-    name: whether it exists shows nowhere, and a "username" may be a misplaced password.
+    Over LOGIN_FAILURE_LIMIT for the username, 429 before the password is checked; with a
+    device cookie that a login of the username was given under its current password, over
+    the limit for that cookie. Known or not, a username gets the same answers, and the same
+    line in the log, without the name: whether it exists shows nowhere, and a "username"
+    may be a misplaced password.
     """
     users = get_user_directory()
     if users is None:
-        return  # SPEC.md's open login
+        return None  # SPEC.md's open login
     if password is None:
         raise BadRequest("password is required")
     failures = get_login_failure_limit()
+    device = None
     if failures is not None:
+        cookie = request.cookies.get(DEVICE_COOKIE)
+        device = failures.device_of(username, users.hash_of(username), cookie)
         try:
-            wait = failures.attempt(username)
+            wait = failures.attempt(username, device)
         except CountersUnavailableError:
             note(rate_limit_error="1")
             raise ServiceUnavailable(
@@ -146,15 +217,18 @@ def check_password(username: str, password: str | None) -> None:
         if wait is not None:
             note(reason=Reason.LOGIN_LIMITED, event=Event.LOGIN_LIMITED)
             raise TooManyRequests(LOGIN_LIMITED_MESSAGE, retry_after=wait)
-    if not users.authenticate(username, password):
+    verified = users.authenticate(username, password)
+    if verified is None:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     if failures is not None:
-        failures.succeeded(username)
+        failures.succeeded(username, device)
+    return verified
 
 
 def limit_rate(endpoint: str) -> None:
-    """Count the request against RATE_LIMIT_AUTH; 429 with Retry-After over the limit."""
+    """Count the request to ``endpoint`` (``login``, ``token``, ``revoke``) against
+    RATE_LIMIT_AUTH; 429 with Retry-After over the limit."""
     limiter = get_rate_limiter()
     if limiter is None:
         return
@@ -174,7 +248,9 @@ def forbid_caching(response: Response) -> Response:
 
 @bp.delete("/token/<any_text:refresh_token>")
 def revoke(refresh_token: str) -> Response:
-    """Forget a refresh token; unknown tokens are ignored. Always 204."""
+    """Forget a refresh token; unknown tokens are ignored: 204 either way (429 over
+    RATE_LIMIT_AUTH, counted as its own endpoint, before the store is reached)."""
+    limit_rate("revoke")
     if get_store().revoke(refresh_token):
         note(event=Event.REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
     else:
