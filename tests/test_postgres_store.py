@@ -19,12 +19,13 @@ from app.config import ConfigError
 from app.store import (
     Outcome,
     RefreshTokenPolicy,
+    Revocation,
     StoreUnavailableError,
     open_store,
     successor_of,
     token_digest,
 )
-from app.store.base import RETIRED_GENERATIONS_KEPT
+from app.store.base import RETIRED_GENERATIONS_KEPT, lineage_digest
 from app.store.postgres_schema import SCHEMA_VERSION, read_sql
 from app.tokens import new_refresh_token
 from tests.conftest import free_port, require_tool, wait_until
@@ -211,6 +212,42 @@ def test_a_host_of_version_2_calls_its_functions_and_a_retired_revoke_ends_the_f
         assert known.fetchone() == (True,)
     assert store.owner_of(second) is None
     assert store.count() == 0
+
+
+def test_every_function_runs_with_the_stores_schema_as_search_path(database):
+    open_store(database, timeout=2).ping()
+    with psycopg.connect(database) as connection:
+        settings = connection.execute(
+            "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'public' ORDER BY 1"
+        ).fetchall()
+    assert len(settings) >= 8
+    assert {name.partition("(")[0] for name, _ in settings} >= {
+        "token_store_issue", "token_store_lock_user", "token_store_purge", "token_store_revoke",
+        "token_store_revoke_all", "token_store_revoke_prefix", "token_store_rotate",
+        "token_store_forget_live",
+    }  # fmt: skip
+    for name, config in settings:
+        assert config == ["search_path=public, pg_temp"], name
+
+
+def test_a_callers_search_path_cannot_put_another_table_in_the_stores_place(store):
+    # a table of the caller's session (pg_temp, searched first unless named) named as the
+    # store's: the functions read and change the store's own, whatever the caller's path
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    second = successor_of(first)
+    assert store.rotate(first, second, "alice").outcome is Outcome.ROTATED
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        connection.execute("CREATE TEMPORARY TABLE refresh_tokens (LIKE public.refresh_tokens)")
+        connection.execute("SET search_path = pg_temp, public")
+        row = connection.execute(
+            "SELECT * FROM token_store_revoke(%s, %s, %s)",
+            (token_digest(first), lineage_digest(first), time.time()),
+        ).fetchone()
+    assert Revocation(*row[:3], row[3]) == Revocation(True, True, token_digest(first), "alice")
+    assert store.owner_of(second) is None
 
 
 def indexes(url: str) -> set[str]:

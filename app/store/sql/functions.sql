@@ -6,7 +6,8 @@
 -- floor. Every change to a user's families (rotation, a revoke, an eviction under the
 -- limit, revoke-user) takes that user's advisory lock first, and each statement after it
 -- reads afresh (READ COMMITTED, a volatile function): concurrent calls about one user
--- run one after the other, whichever host or worker makes them.
+-- run one after the other, whichever host or worker makes them. Each function runs with
+-- a search_path of its own schema only (the end of this file sets it).
 
 -- Forget up to p_limit expired tokens, found through the expiry index; rows another call
 -- is changing are left to it.
@@ -270,3 +271,21 @@ RETURNS boolean LANGUAGE sql AS $$
     SELECT known FROM token_store_revoke(p_digest, NULL::text,
                                          extract(epoch FROM clock_timestamp())::double precision)
 $$;
+
+-- Every function above runs with its own schema as search_path, and pg_temp last
+-- (pg_catalog, unnamed, is searched first): no table, function or operator that a role
+-- makes in another schema of a caller's search_path, or in pg_temp, can stand in for
+-- the store's own.
+DO $$
+DECLARE
+    v_schema text := current_schema();
+    v_function regprocedure;
+BEGIN
+    FOR v_function IN
+        SELECT oid::regprocedure FROM pg_proc
+        WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = v_schema)
+        AND proname LIKE 'token\_store\_%'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_function, v_schema);
+    END LOOP;
+END $$;
