@@ -5,7 +5,8 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
 ``rt:token:<digest>``   hash ``{username, issued_at}`` of one token, plus ``expires_at``
                         with a lifetime, and ``family``, ``generation``, ``retired_at``
                         once rotation touched it (see RefreshTokenStore), and ``parent``
-                        (the digest rotated into it) and ``lineage`` on a successor
+                        (the digest rotated into it) on a successor, ``lineage`` on a
+                        live one
 ``rt:user:<username>``  sorted set of that user's live digests, oldest first, scored by
                         the microsecond of issue, raised past the user's newest by the
                         scripts: same-second tokens are in order of issue, exactly
@@ -13,8 +14,9 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
 ``rt:family:<digest>``  sorted set of a rotated family's digests, scored by generation
 ``rt:lineage:<digest>`` hash ``{family, username}`` of a rotated family (and its
                         ``expires_at`` with a lifetime), under the digest
-                        of its lineage (base.LINEAGE_LENGTH), which each successor's hash
-                        holds too (``lineage``): a token the family forgot is still its own
+                        of its lineage (base.LINEAGE_LENGTH), which the family's live
+                        token's hash holds too (``lineage``): a token the family forgot is
+                        still its own
 ``rt:expiring``         sorted set of ``<digest><username>`` of every token with an
                         expiry, scored by it: the index that purges expired tokens
 ``rt:denied:<digest>``  a signed token refused until the time it holds (a logged-out

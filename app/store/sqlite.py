@@ -130,8 +130,9 @@ class SQLiteTokenStore(RefreshTokenStore):
             if retired_at is None:
                 outcome = Outcome.ROTATED
                 connection.execute(
-                    "UPDATE refresh_tokens SET retired_at = ?, family = ?, generation = ?"
-                    " WHERE digest = ?",
+                    # the lineage goes with the live token: one row per family carries it
+                    "UPDATE refresh_tokens SET retired_at = ?, family = ?, generation = ?,"
+                    " lineage = NULL WHERE digest = ?",
                     (now, family, generation, digest),
                 )
             else:
@@ -150,7 +151,8 @@ class SQLiteTokenStore(RefreshTokenStore):
                 outcome = Outcome.RETRIED
                 # retired, not forgotten: whoever presents it later revokes the family
                 connection.execute(
-                    "UPDATE refresh_tokens SET retired_at = ? WHERE digest = ?", (now, *unused)
+                    "UPDATE refresh_tokens SET retired_at = ?, lineage = NULL WHERE digest = ?",
+                    (now, *unused),
                 )
             if expires_at is None and policy.lifetime:  # a family older than the setting
                 expires_at = int(now) + policy.lifetime

@@ -30,9 +30,10 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
 #: ``sequence``: the order of issue, so that same-second tokens are told apart exactly,
 #: set under a per-user limit or a lifetime; NULL without either (SPEC.md's defaults'
 #: one INSERT, where nothing is evicted) and in older rows, which sort first in a second.
-#: ``lineage``: on a successor, the digest of its family's lineage (base.LINEAGE_LENGTH),
-#: by which a token the family forgot is still known as its own; NULL on a login, and on
-#: a successor made before the column (its family gets one at its next rotation).
+#: ``lineage``: on a family's live successor only, the digest of the family's lineage
+#: (base.LINEAGE_LENGTH), by which a token the family forgot is still known as its own;
+#: NULL on a login, on a retired token, and on a successor made before the column (its
+#: family gets one at its next rotation).
 ADDED_COLUMNS = {
     "expires_at": "INTEGER",
     "family": "TEXT",

@@ -32,6 +32,7 @@ generation = tonumber(generation or '0')
 local family_key, user_key = family_prefix .. family, user_prefix .. username
 local function retire(member)
     redis.call('HSET', token_prefix .. member, 'retired_at', ARGV[8])
+    redis.call('HDEL', token_prefix .. member, 'lineage')  -- the live token's alone
     redis.call('ZREM', digests_key, member)
     redis.call('ZREM', user_key, member)
 end

@@ -129,7 +129,9 @@ BEGIN
     family_digest := v_family;
     IF v_token.retired_at IS NULL THEN
         outcome := 'rotated';
-        UPDATE refresh_tokens SET retired_at = p_now, family = v_family, generation = v_generation
+        -- the lineage goes with the live token: one row per family carries it
+        UPDATE refresh_tokens
+            SET retired_at = p_now, family = v_family, generation = v_generation, lineage = NULL
             WHERE digest = p_digest;
     ELSE
         -- no grace, no retry; within it, this token's own successor, if nothing rotated
@@ -146,7 +148,7 @@ BEGIN
         END IF;
         outcome := 'retried';
         -- retired, not forgotten: whoever presents it later revokes the family
-        UPDATE refresh_tokens SET retired_at = p_now WHERE digest = v_unused;
+        UPDATE refresh_tokens SET retired_at = p_now, lineage = NULL WHERE digest = v_unused;
     END IF;
     v_expires := v_token.expires_at;
     IF v_expires IS NULL AND p_lifetime IS NOT NULL THEN  -- a family older than the setting
