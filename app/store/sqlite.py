@@ -199,17 +199,21 @@ class SQLiteTokenStore(RefreshTokenStore):
             lineage = lineage_digest(token)
             if lineage is None:
                 return Revocation(known=False)
-            # a token the family forgot: its lineage names the family, which ends now
-            rows = connection.execute(
-                "DELETE FROM refresh_tokens WHERE family = (SELECT family FROM refresh_tokens"
-                " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1)"
-                " RETURNING username, family",
+            # a token the family forgot: its lineage names the family, which ends now (a
+            # read first: most unknown tokens name none, and a read takes no write lock)
+            found = connection.execute(
+                "SELECT family FROM refresh_tokens"
+                " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
                 (lineage, now),
+            ).fetchone()
+            if found is None:
+                return Revocation(known=False)
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE family = ? RETURNING username", found
             ).fetchall()
-        if not rows:
+        if not rows:  # another process ended the family meanwhile
             return Revocation(known=False)
-        owner, family = rows[0]
-        return Revocation(True, True, family[:DIGEST_PREFIX_LENGTH], owner)
+        return Revocation(True, True, found[0][:DIGEST_PREFIX_LENGTH], rows[0][0])
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
         with self._connection(write=True) as connection:
