@@ -91,7 +91,7 @@ class Revocation:
     reused: bool = False
     #: The start of the family's digest, for logs; "" for a token never rotated.
     family: str = ""
-    #: The username the family was issued to, when ``reused``; else "".
+    #: The username of the token (or family) forgotten; "" if nothing was.
     username: str = ""
 
 
