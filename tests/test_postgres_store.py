@@ -16,8 +16,17 @@ import pytest
 
 from app import create_app
 from app.config import ConfigError
-from app.store import Outcome, RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
-from app.store.postgres_schema import SCHEMA_VERSION
+from app.store import (
+    Outcome,
+    RefreshTokenPolicy,
+    Revocation,
+    StoreUnavailableError,
+    open_store,
+    successor_of,
+    token_digest,
+)
+from app.store.base import RETIRED_GENERATIONS_KEPT, lineage_digest
+from app.store.postgres_schema import SCHEMA_VERSION, read_sql
 from app.tokens import new_refresh_token
 from tests.conftest import free_port, require_tool, wait_until
 from tests.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
@@ -149,6 +158,98 @@ def test_a_database_of_a_newer_version_is_left_as_it_is(database):
     other.close()
 
 
+def test_a_database_of_version_2_is_upgraded_and_its_families_keep_working(database):
+    # a family an earlier version rotated: its live token's successors carry a lineage
+    first, live, other = new_refresh_token(), new_refresh_token(), new_refresh_token()
+    now = int(time.time())
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute(read_sql("schema_1.sql").encode())
+        connection.execute(read_sql("schema_2.sql").encode())
+        connection.execute("INSERT INTO token_store_schema (version) VALUES (2)")
+        connection.cursor().executemany(
+            "INSERT INTO refresh_tokens (digest, username, issued_at, family, generation,"
+            " retired_at, parent) VALUES (%s, 'alice', %s, %s, %s, %s, %s)",
+            [
+                (token_digest(first), now, token_digest(first), 0, now, None),
+                (token_digest(live), now, token_digest(first), 1, None, token_digest(first)),
+                (token_digest(other), now, None, None, None, None),
+            ],
+        )
+    store = open_store(database, timeout=2)
+    assert store.owner_of(live) == "alice"
+    chain = [live]
+    for _ in range(RETIRED_GENERATIONS_KEPT + 1):
+        successor = successor_of(chain[-1])
+        assert store.rotate(chain[-1], successor, "alice").outcome is Outcome.ROTATED
+        chain.append(successor)
+    rotation = store.rotate(live, successor_of(live), "alice")  # forgotten, known by lineage
+    assert (rotation.outcome, rotation.family) == (Outcome.REUSED, token_digest(first)[:12])
+    assert store.owner_of(chain[-1]) is None
+    assert store.owner_of(other) == "alice"
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT version FROM token_store_schema").fetchone() == (
+            SCHEMA_VERSION,
+        )
+    store.close()
+
+
+def test_a_host_of_version_2_calls_its_functions_and_a_retired_revoke_ends_the_family(store):
+    # during an upgrade, hosts still running the earlier version call its signatures
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT outcome, family_digest FROM token_store_rotate"
+            "(%s, %s, 'alice', %s, NULL, 0, 20, 16, false)",
+            (token_digest(first), token_digest(second := successor_of(first)), time.time()),
+        ).fetchone()
+        assert row == ("rotated", token_digest(first))
+        lineage = connection.execute(
+            "SELECT lineage FROM refresh_tokens WHERE digest = %s", (token_digest(second),)
+        ).fetchone()
+        assert lineage == (None,)  # it knows of no lineage; the next rotation here sets one
+        known = connection.execute("SELECT token_store_revoke(%s)", (token_digest(first),))
+        assert known.fetchone() == (True,)
+    assert store.owner_of(second) is None
+    assert store.count() == 0
+
+
+def test_every_function_runs_with_the_stores_schema_as_search_path(database):
+    open_store(database, timeout=2).ping()
+    with psycopg.connect(database) as connection:
+        settings = connection.execute(
+            "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'public' ORDER BY 1"
+        ).fetchall()
+    assert len(settings) >= 8
+    assert {name.partition("(")[0] for name, _ in settings} >= {
+        "token_store_issue", "token_store_lock_user", "token_store_purge", "token_store_revoke",
+        "token_store_revoke_all", "token_store_revoke_prefix", "token_store_rotate",
+        "token_store_forget_live",
+    }  # fmt: skip
+    for name, config in settings:
+        assert config == ["search_path=public, pg_temp"], name
+
+
+def test_a_callers_search_path_cannot_put_another_table_in_the_stores_place(store):
+    # a table of the caller's session (pg_temp, searched first unless named) named as the
+    # store's: the functions read and change the store's own, whatever the caller's path
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    second = successor_of(first)
+    assert store.rotate(first, second, "alice").outcome is Outcome.ROTATED
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        connection.execute("CREATE TEMPORARY TABLE refresh_tokens (LIKE public.refresh_tokens)")
+        connection.execute("SET search_path = pg_temp, public")
+        row = connection.execute(
+            "SELECT * FROM token_store_revoke(%s, %s, %s)",
+            (token_digest(first), lineage_digest(first), time.time()),
+        ).fetchone()
+    assert Revocation(*row[:3], row[3]) == Revocation(True, True, token_digest(first), "alice")
+    assert store.owner_of(second) is None
+
+
 def indexes(url: str) -> set[str]:
     with psycopg.connect(url) as connection:
         rows = connection.execute(
@@ -163,6 +264,7 @@ def test_no_index_serves_an_operator_command_only(database):
         "refresh_tokens_pkey",  # every look-up by digest, and a prefix's range
         "refresh_tokens_by_expiry",  # the bounded purge of each issue and rotation
         "refresh_tokens_by_family",  # rotation, reuse and revoke of a family
+        "refresh_tokens_by_lineage",  # a token its family forgot, at rotation and revoke
     }
     # the per-user limit reads a user's tokens on every login: its index comes with it
     open_store(database, timeout=3, policy=RefreshTokenPolicy(per_user=3)).ping()

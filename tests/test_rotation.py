@@ -14,6 +14,7 @@ import pytest
 
 from app.config import SQLITE_FILE_NAME
 from app.store import open_store, token_digest
+from app.store.base import RETIRED_GENERATIONS_KEPT
 from tests.conftest import fresh, login
 from tests.test_store import Clock
 
@@ -58,7 +59,12 @@ def security_events(caplog) -> list[logging.LogRecord]:
 
 def event_lines(capfd) -> list[dict]:
     """Return the request log's lines written since the last call that name an event."""
-    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line[:1] == "{"]
+    return event_lines_of(capfd.readouterr().out)
+
+
+def event_lines_of(out: str) -> list[dict]:
+    """Return the request log's lines in ``out`` that name an event."""
+    lines = [json.loads(line) for line in out.splitlines() if line[:1] == "{"]
     return [line for line in lines if "event" in line]
 
 
@@ -165,16 +171,100 @@ def test_a_victims_replaced_token_after_the_thiefs_rotation_is_reuse(rotating):
     assert_unauthorized(refresh(client, thiefs_next))  # and the family is revoked
 
 
-def test_revoking_any_member_revokes_just_that_token(rotating):
+def test_revoking_the_live_token_revokes_its_family_as_a_plain_revoke(rotating, capfd):
+    client = rotating()
+    first = login(client)["refreshToken"]
+    live = rotated(client, rotated(client, first))
+    capfd.readouterr()
+    response = client.delete(f"/token/{live}")
+    assert (response.status_code, response.data) == (204, b"")
+    assert [(line["event"], line["level"], line["revoked"]) for line in event_lines(capfd)] == [
+        ("revoke", "INFO", token_digest(live)[:12])
+    ]
+    assert_unauthorized(refresh(client, live))
+    assert_unauthorized(refresh(client, first))
+
+
+# --- the tricks a thief could play to erase the reuse of a stolen token ---------------------
+# Each gets the owner's stolen token and the owner's client; it returns the thief's token.
+
+
+def revoke_the_retired_original(client, stolen: str) -> str:
+    """The thief rotates the stolen token first, then revokes the retired original."""
+    thiefs = rotated(client, stolen)
+    assert client.delete(f"/token/{stolen}").status_code == 204
+    return thiefs
+
+
+def flush_it_out(client, stolen: str) -> str:
+    """The thief rotates until the family forgets the original's own record."""
+    thiefs = stolen
+    for _ in range(RETIRED_GENERATIONS_KEPT + 1):
+        thiefs = rotated(client, thiefs)
+    return thiefs
+
+
+def revoke_the_successor_the_grace_replaced(client, stolen: str) -> str:
+    """The owner has just rotated; the thief retries the stolen token within the grace,
+    which retires the owner's successor, then revokes that successor."""
+    owners = rotated(client, stolen)
+    thiefs = rotated(client, stolen)  # a retry: the owner's successor is retired
+    assert client.delete(f"/token/{owners}").status_code == 204
+    return thiefs
+
+
+TRICKS = {
+    "revoke the retired original": (revoke_the_retired_original, {}),
+    "flush it out": (flush_it_out, {}),
+    "flush it out, with a grace": (flush_it_out, {"REFRESH_TOKEN_REUSE_GRACE": "10"}),
+    "revoke the successor the grace replaced": (
+        revoke_the_successor_the_grace_replaced,
+        {"REFRESH_TOKEN_REUSE_GRACE": "10"},
+    ),
+}
+
+
+@pytest.mark.parametrize("trick", list(TRICKS))
+def test_no_trick_of_a_thief_erases_the_owners_reuse(rotating, capfd, trick):
+    play, settings = TRICKS[trick]
+    client = rotating(**settings)
+    stolen = login(client)["refreshToken"]
+    other_login = login(client)["refreshToken"]
+    capfd.readouterr()
+    thiefs = play(client, stolen)
+    assert_unauthorized(refresh(client, stolen))  # the owner's replay
+    out = capfd.readouterr().out
+    assert_unauthorized(refresh(client, thiefs))  # the thief's token is over
+    reuses = [line for line in event_lines_of(out) if line["event"] == "refresh_token_reuse"]
+    assert [(line["level"], line["user"], line["family"]) for line in reuses] == [
+        ("WARNING", "alice", token_digest(stolen)[:12])
+    ]
+    assert rotated(client, other_login)  # the user's other logins live on
+    assert stolen not in out
+    assert thiefs not in out
+
+
+def test_a_retired_tokens_revoke_is_a_204_and_a_reuse_event(rotating, capfd):
     client = rotating()
     first = login(client)["refreshToken"]
     second = rotated(client, first)
-    third = rotated(client, second)
-    assert client.delete(f"/token/{second}").status_code == 204  # retired: only itself
-    third = rotated(client, third)
-    assert client.delete(f"/token/{third}").status_code == 204  # the live one: logged out
-    assert_unauthorized(refresh(client, third))
-    assert_unauthorized(refresh(client, first))
+    live = rotated(client, second)
+    capfd.readouterr()
+    response = client.delete(f"/token/{second}")
+    assert (response.status_code, response.data) == (204, b"")
+    assert "Content-Type" not in response.headers
+    [line] = event_lines(capfd)
+    assert (line["event"], line["level"], line["user"], line["family"], line["revoked"]) == (
+        "refresh_token_reuse", "WARNING", "alice", token_digest(first)[:12],
+        token_digest(second)[:12],
+    )  # fmt: skip
+    assert line["path"] == "/token/<redacted>"
+    assert "reason" not in line  # a 204: nothing was refused
+    assert_unauthorized(refresh(client, live))
+    capfd.readouterr()
+    response = client.delete(f"/token/{second}")  # the family is over: unknown now
+    assert (response.status_code, response.data) == (204, b"")
+    assert [(line["event"], line["level"]) for line in event_lines(capfd)] == [("revoke", "INFO")]
 
 
 def test_revoke_user_revokes_rotated_families(rotating):

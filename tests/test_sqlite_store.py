@@ -56,7 +56,7 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_tokens(path):
     assert store.owner_of(old) == "alice"
     assert columns(path) == [
         "digest", "username", "issued_at", "expires_at", "family", "generation", "retired_at",
-        "parent", "sequence",
+        "parent", "sequence", "lineage",
     ]  # fmt: skip
     successor = new_refresh_token()
     assert store.rotate(old, successor, "alice").outcome is Outcome.ROTATED
@@ -104,8 +104,8 @@ def test_a_file_of_the_rotation_schema_is_migrated_and_its_successors_have_no_pa
         f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(reuse_grace=5, per_user=3)
     )
     assert store.owner_of(second) == "alice"
-    assert columns(path)[-2:] == ["parent", "sequence"]
-    assert "refresh_tokens_by_sequence" in indexes(path)
+    assert columns(path)[-3:] == ["parent", "sequence", "lineage"]
+    assert {"refresh_tokens_by_sequence", "refresh_tokens_by_lineage"} <= indexes(path)
     assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
     assert store.owner_of(second) is None
     newer = [new_refresh_token() for _ in range(3)]

@@ -16,21 +16,30 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.config import ConfigError, Settings
 from app.store import (
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
+    Revocation,
     StoreUnavailableError,
     open_store,
+    successor_of,
     token_digest,
 )
-from app.store.base import DIGEST_PREFIX_LENGTH, RETIRED_GENERATIONS_KEPT
+from app.store.base import (
+    DIGEST_PREFIX_LENGTH,
+    LINEAGE_LENGTH,
+    RETIRED_GENERATIONS_KEPT,
+    lineage_digest,
+)
 from app.store.postgres import PostgresTokenStore
 from app.store.redis import TOKEN_KEY_PREFIX, RedisTokenStore
 from app.store.sqlite import SQLiteTokenStore
-from app.tokens import new_refresh_token
+from app.tokens import REFRESH_TOKEN_ALPHABET, new_refresh_token
 from tests.conftest import free_port, stored_contents
 
 #: Usernames that a key or a column could confuse with one another, or mangle.
@@ -74,6 +83,23 @@ def stored_digests(store: RefreshTokenStore) -> set[str]:
         return {key.removeprefix(TOKEN_KEY_PREFIX) for key in client.scan_iter("rt:token:*")}
 
 
+def forget_lineages(store: RefreshTokenStore) -> None:
+    """Leave the store as an earlier version left it: no family knows its lineage."""
+    if isinstance(store, SQLiteTokenStore):
+        with contextlib.closing(sqlite3.connect(store.path)) as database, database:
+            database.execute("UPDATE refresh_tokens SET lineage = NULL")
+    elif isinstance(store, PostgresTokenStore):
+        with psycopg.connect(store.url) as database:
+            database.execute("UPDATE refresh_tokens SET lineage = NULL")
+    else:
+        assert isinstance(store, RedisTokenStore)
+        with redis.Redis.from_url(store.url, decode_responses=True) as client:
+            for key in client.scan_iter("rt:token:*"):
+                client.hdel(key, "lineage")
+            for key in client.scan_iter("rt:lineage:*"):
+                client.delete(key)
+
+
 @pytest.fixture
 def make_store(store_url: str) -> Iterator[Callable[..., RefreshTokenStore]]:
     """Return a factory of stores on the one store under test, with a policy and a Clock."""
@@ -109,7 +135,7 @@ def test_revoke_forgets_a_known_token_and_says_so(store):
     token, other = new_refresh_token(), new_refresh_token()
     store.issue(token, "alice")
     store.issue(other, "alice")
-    assert store.revoke(token) is True
+    assert store.revoke(token).known is True
     assert store.owner_of(token) is None
     assert store.owner_of(other) == "alice"
     assert store.count() == 1
@@ -118,8 +144,8 @@ def test_revoke_forgets_a_known_token_and_says_so(store):
 def test_revoke_unknown_token_changes_nothing(store):
     token = new_refresh_token()
     store.issue(token, "alice")
-    assert store.revoke(new_refresh_token()) is False
-    assert store.revoke("x" * 300) is False
+    assert store.revoke(new_refresh_token()).known is False
+    assert store.revoke("x" * 300).known is False
     assert store.owner_of(token) == "alice"
     assert store.count() == 1
 
@@ -127,7 +153,7 @@ def test_revoke_unknown_token_changes_nothing(store):
 def test_revoke_twice_is_known_once(store):
     token = new_refresh_token()
     store.issue(token, "alice")
-    assert [store.revoke(token), store.revoke(token)] == [True, False]
+    assert [store.revoke(token).known, store.revoke(token).known] == [True, False]
 
 
 def test_usernames_are_kept_exactly_and_apart(store):
@@ -242,7 +268,7 @@ def test_closed_store_reopens_on_next_use(store):
 
 def rotated(store: RefreshTokenStore, token: str, username: str = "alice") -> str:
     """Rotate ``token`` and return its successor, checking that the rotation succeeded."""
-    successor = new_refresh_token()
+    successor = successor_of(token)
     assert store.rotate(token, successor, username).outcome is Outcome.ROTATED
     return successor
 
@@ -301,18 +327,65 @@ def test_reusing_any_retired_token_revokes_its_whole_family(make_store, generati
     assert store.count() == 1
 
 
-def test_a_family_remembers_its_last_retired_generations_only(make_store):
+def test_a_family_keeps_its_last_retired_generations_whole(make_store):
     store = make_store()
     chain = [new_refresh_token()]
     store.issue(chain[0], "alice")
     for _ in range(RETIRED_GENERATIONS_KEPT + 1):
         chain.append(rotated(store, chain[-1]))
-    # the first is forgotten: unknown, and the family lives on
-    assert store.rotate(chain[0], new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
-    assert store.owner_of(chain[-1]) == "alice"
-    # the oldest remembered one is recognised
-    assert store.rotate(chain[1], new_refresh_token(), "alice").outcome is Outcome.REUSED
+    kept = {token_digest(token) for token in chain[1:]}
+    assert token_digest(chain[0]) not in stored_digests(store)
+    assert kept <= stored_digests(store)
+
+
+def thiefs_flush(store: RefreshTokenStore, stolen: str, username: str = "alice") -> list[str]:
+    """Rotate ``stolen`` one generation more than a family keeps whole, as a thief would to
+    make the owner's replay unknown; return the chain, ``stolen`` first."""
+    chain = [stolen]
+    for _ in range(RETIRED_GENERATIONS_KEPT + 1):
+        chain.append(rotated(store, chain[-1], username))
+    assert token_digest(stolen) not in stored_digests(store)  # its own record is gone
+    return chain
+
+
+@pytest.mark.parametrize("grace", [0, 10])
+def test_a_token_the_family_forgot_is_still_reuse_by_its_lineage(make_store, grace):
+    store = make_store(reuse_grace=grace)
+    stolen, other_family = new_refresh_token(), new_refresh_token()
+    store.issue(stolen, "alice")
+    store.issue(other_family, "alice")
+    chain = thiefs_flush(store, stolen)
+    rotation = store.rotate(stolen, successor_of(stolen), "alice")  # the owner's replay
+    assert (rotation.outcome, rotation.family) == (Outcome.REUSED, digest_prefix(stolen))
+    assert all(store.owner_of(token) is None for token in chain)
+    assert store.owner_of(other_family) == "alice"
+    assert store.count() == 1
+    # the family is over, its lineage with it: presented again, the token is unknown
+    assert store.rotate(stolen, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
+    assert lineage_digest(stolen) not in stored_contents(store)
+
+
+def test_a_family_of_an_earlier_version_gets_its_lineage_at_its_next_rotation(make_store):
+    store = make_store()
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    live = new_refresh_token()  # an earlier version's successor: of no lineage
+    assert store.rotate(first, live, "alice").outcome is Outcome.ROTATED
+    forget_lineages(store)
+    chain = thiefs_flush(store, live)
+    rotation = store.rotate(live, successor_of(live), "alice")
+    assert (rotation.outcome, rotation.family) == (Outcome.REUSED, digest_prefix(first))
     assert store.owner_of(chain[-1]) is None
+
+
+def test_a_forgotten_token_presented_for_another_user_changes_nothing(make_store):
+    store = make_store()
+    stolen = new_refresh_token()
+    store.issue(stolen, "alice")
+    chain = thiefs_flush(store, stolen)
+    rotation = store.rotate(stolen, successor_of(stolen), "bob")
+    assert (rotation.outcome, rotation.family) == (Outcome.OTHER_USER, "")
+    assert store.owner_of(chain[-1]) == "alice"
 
 
 def test_a_retired_token_within_the_grace_replaces_its_unused_successor(make_store):
@@ -440,19 +513,112 @@ def test_without_grace_a_retired_token_is_reuse_at_once(make_store):
     assert store.owner_of(successor) is None
 
 
-def test_revoking_the_live_token_forgets_its_family_and_a_retired_one_goes_alone(make_store):
+def test_revoking_the_live_token_forgets_its_family_and_is_no_reuse(make_store):
     store = make_store()
     first = new_refresh_token()
     store.issue(first, "alice")
-    second = rotated(store, first)
-    third = rotated(store, second)
-    assert store.revoke(second) is True  # a retired member: just that one
-    assert store.owner_of(third) == "alice"
-    assert store.rotate(second, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
-    assert store.revoke(third) is True  # the live member: the family is over
+    third = rotated(store, rotated(store, first))
+    revocation = store.revoke(third)
+    assert revocation == Revocation(True, False, digest_prefix(first), "alice")
     assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.UNKNOWN
     assert store.count() == 0
     assert stored_digests(store) == set()
+    assert lineage_digest(first) not in stored_contents(store)
+
+
+@pytest.mark.parametrize(("generations", "revoked"), [(1, 0), (2, 0), (2, 1), (5, 3)])
+def test_revoking_a_retired_member_revokes_its_whole_family_as_reuse(
+    make_store, generations, revoked
+):
+    store = make_store()
+    chain = [new_refresh_token()]
+    store.issue(chain[0], "alice")
+    other_family = new_refresh_token()
+    store.issue(other_family, "alice")
+    for _ in range(generations):
+        chain.append(rotated(store, chain[-1]))
+    revocation = store.revoke(chain[revoked])
+    assert revocation == Revocation(True, True, digest_prefix(chain[0]), "alice")
+    assert all(store.owner_of(token) is None for token in chain)
+    for token in chain:  # the family is forgotten, and its lineage with it
+        assert store.rotate(token, successor_of(token), "alice").outcome is Outcome.UNKNOWN
+    assert store.revoke(chain[revoked]) == Revocation(False)
+    assert stored_digests(store) == {token_digest(other_family)}
+    assert lineage_digest(chain[0]) not in stored_contents(store)
+
+
+def test_revoking_a_token_the_family_forgot_revokes_the_family_as_reuse(make_store):
+    store = make_store()
+    stolen, other_family = new_refresh_token(), new_refresh_token()
+    store.issue(stolen, "alice")
+    store.issue(other_family, "alice")
+    chain = thiefs_flush(store, stolen)
+    revocation = store.revoke(stolen)
+    assert revocation == Revocation(True, True, digest_prefix(stolen), "alice")
+    assert all(store.owner_of(token) is None for token in chain)
+    assert stored_digests(store) == {token_digest(other_family)}
+    assert store.revoke(stolen) == Revocation(False)
+
+
+def test_revoking_a_token_the_grace_replaced_revokes_the_family(make_store):
+    # the owner rotates T0 (S1); a thief replays T0 within the grace (S2), which retires
+    # S1, then revokes S1 to erase it: that revokes the thief's S2 too
+    store = make_store(reuse_grace=10)
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    owners = rotated(store, first)
+    thiefs = successor_of(first)
+    assert store.rotate(first, thiefs, "alice").outcome is Outcome.RETRIED
+    assert store.revoke(owners) == Revocation(True, True, digest_prefix(first), "alice")
+    assert store.owner_of(thiefs) is None
+    assert store.count() == 0
+
+
+def test_a_family_that_expired_is_no_reuse_and_its_lineage_names_nothing(make_store):
+    store = make_store(lifetime=100)
+    stolen = new_refresh_token()
+    store.issue(stolen, "alice")
+    thiefs_flush(store, stolen)
+    store.clock.advance(100)
+    assert store.rotate(stolen, successor_of(stolen), "alice").outcome is Outcome.UNKNOWN
+    assert store.revoke(stolen) == Revocation(False)
+
+
+LINEAGE_SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+alphabet_text = st.text(st.sampled_from(REFRESH_TOKEN_ALPHABET), min_size=42, max_size=42)
+
+
+@LINEAGE_SETTINGS
+@given(presented=st.one_of(st.text(max_size=64), alphabet_text))
+def test_a_token_of_another_lineage_is_unknown_and_ends_no_family(make_store, presented):
+    store = make_store()
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    live = rotated(store, rotated(store, first))
+    if presented[:LINEAGE_LENGTH] == first[:LINEAGE_LENGTH]:
+        return  # the next test's
+    assert store.rotate(presented, successor_of(presented), "alice").outcome is Outcome.UNKNOWN
+    assert store.revoke(presented) == Revocation(False)
+    assert store.owner_of(live) == "alice"
+    store.revoke_all("alice")
+
+
+@LINEAGE_SETTINGS
+@given(rest=alphabet_text)
+def test_any_token_of_a_live_familys_lineage_is_reuse(make_store, rest):
+    # only a holder of one of its tokens knows a family's lineage
+    store = make_store()
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    live = rotated(store, rotated(store, first))
+    presented = first[:LINEAGE_LENGTH] + rest[LINEAGE_LENGTH:]
+    if presented in (first, live):
+        return  # a member of the family, whose own record answers
+    revocation = store.revoke(presented)
+    assert revocation == Revocation(True, True, digest_prefix(first), "alice")
+    assert store.owner_of(live) is None
 
 
 def test_revoke_all_and_revoke_digest_reach_rotated_families(make_store):
@@ -698,7 +864,7 @@ def test_many_threads_issuing_and_revoking_lose_nothing_and_double_nothing(store
             store.issue(token, username)
             issued.append((token, username))
             if n < len(mine):
-                revoked.append((mine[n], store.revoke(mine[n])))
+                revoked.append((mine[n], store.revoke(mine[n]).known))
         return issued, revoked
 
     with ThreadPoolExecutor(THREADS) as pool:

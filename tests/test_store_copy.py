@@ -12,7 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import Outcome, RefreshTokenPolicy, open_store, token_digest, transfer
+from app.store import (
+    Outcome,
+    RefreshTokenPolicy,
+    open_store,
+    successor_of,
+    token_digest,
+    transfer,
+)
+from app.store.base import RETIRED_GENERATIONS_KEPT
 from app.store.transfer import CopyRefusedError, copy_tokens
 from app.tokens import new_refresh_token
 from tests.fixtures.stores import SERVER_MARKS
@@ -115,6 +123,35 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
 
 @pytest.mark.postgres
 @pytest.mark.store("sqlite")
+@pytest.mark.parametrize(
+    ("source_backend", "target_backend"),
+    [
+        pytest.param(*pair, marks=[SERVER_MARKS[b] for b in pair if b in SERVER_MARKS])
+        for pair in PAIRS
+    ],
+)
+def test_a_familys_lineage_moves_with_it(source_backend, target_backend, request, tmp_path):
+    policy = RefreshTokenPolicy(lifetime=3600)
+    source = open_store(url_of(source_backend, request, tmp_path), timeout=5, policy=policy)
+    target = open_store(url_of(target_backend, request, tmp_path), timeout=5, policy=policy)
+    first = new_refresh_token()
+    source.issue(first, "alice")
+    chain = [first]
+    for _ in range(RETIRED_GENERATIONS_KEPT + 1):  # the first's own record is forgotten
+        chain.append(successor_of(chain[-1]))
+        assert source.rotate(chain[-2], chain[-1], "alice").outcome is Outcome.ROTATED
+
+    copy_tokens(source, target)
+
+    # the first is still known in the target by its family's lineage: reuse
+    rotation = target.rotate(first, successor_of(first), "alice")
+    assert (rotation.outcome, rotation.family) == (Outcome.REUSED, token_digest(first)[:12])
+    assert target.owner_of(chain[-1]) is None
+    assert target.revoke(first).known is False  # the lineage went with the family
+    source.close()
+    target.close()
+
+
 def test_flask_tokens_copy_moves_the_apps_tokens_and_never_shows_the_url(make_app, postgres_url):
     app = make_app()  # the SQLite default
     client = app.test_client()

@@ -109,7 +109,7 @@ def revoke_token_command() -> None:
             " gives); an access token cannot be revoked, it expires by itself"
         )
     with store_errors():
-        known = get_store().revoke(token)
+        known = get_store().revoke(token).known
     shown = shown_digest(token)
     if known:
         click.echo(f"revoked the refresh token {shown}")

@@ -9,10 +9,12 @@ from app.store.base import (
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
+    Revocation,
     Rotation,
     StoreUnavailableError,
     TokenRecord,
     shown_digest,
+    successor_of,
     token_digest,
 )
 from app.store_url import parse_store_url
@@ -21,6 +23,7 @@ __all__ = [
     "Outcome",
     "RefreshTokenPolicy",
     "RefreshTokenStore",
+    "Revocation",
     "Rotation",
     "StoreUnavailableError",
     "TokenRecord",
@@ -28,6 +31,7 @@ __all__ = [
     "init_store",
     "open_store",
     "shown_digest",
+    "successor_of",
     "token_digest",
 ]
 

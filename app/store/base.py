@@ -9,14 +9,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from app.tokens import REFRESH_TOKEN_LENGTH, new_refresh_token
+
 #: How many hex characters of a digest are shown to operators.
 DIGEST_PREFIX_LENGTH = 12
 HEX_DIGITS = frozenset("0123456789abcdef")
 #: Expired tokens forgotten at most per issue or rotation: a bounded, indexed purge.
 PURGE_BATCH = 16
-#: Generations of retired tokens a family remembers, to recognise their reuse; older
-#: ones are forgotten (presented again, they are unknown: 401, the family lives on).
+#: Generations of retired tokens a family keeps whole, for the grace's retries; an older
+#: one is still recognised by its lineage (below), so its reuse revokes the family.
 RETIRED_GENERATIONS_KEPT = 20
+#: Characters a rotated token hands down to its successor: the family's *lineage*. A
+#: family keeps the digest of its lineage while it lives, so any of its tokens, however
+#: old, is known as one of its own. The other 26 characters of a successor are fresh.
+LINEAGE_LENGTH = 16
 
 
 class StoreUnavailableError(Exception):
@@ -74,9 +80,44 @@ class Rotation:
         return self.outcome in (Outcome.ROTATED, Outcome.RETRIED)
 
 
+@dataclass(frozen=True)
+class Revocation:
+    """The answer of ``RefreshTokenStore.revoke``."""
+
+    #: Whether a token was forgotten: the one named, or the family it belonged to.
+    known: bool
+    #: A retired member of a family, or an older one the family forgot: the whole family
+    #: was revoked, and someone held an old token (RFC 9700, 4.14.2).
+    reused: bool = False
+    #: The start of the family's digest, for logs; "" for a token never rotated.
+    family: str = ""
+    #: The username of the token (or family) forgotten; "" if nothing was.
+    username: str = ""
+
+
 def token_digest(token: str) -> str:
     """Return the SHA-256 hex digest under which a refresh token is stored."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def lineage_digest(token: str) -> str | None:
+    """Return the digest of the lineage a token carries: of its first characters.
+
+    None for a value of another shape than the service's refresh tokens: it names no
+    family, and costs the store no look-up.
+    """
+    if len(token) != REFRESH_TOKEN_LENGTH or not (token.isascii() and token.isalnum()):
+        return None
+    return token_digest(token[:LINEAGE_LENGTH])
+
+
+def successor_of(token: str) -> str:
+    """Return a new refresh token to replace ``token`` in a rotation: its lineage, then
+    fresh random letters (a fresh token if ``token`` is of no refresh token's shape)."""
+    fresh = new_refresh_token()
+    if lineage_digest(token) is None:
+        return fresh
+    return token[:LINEAGE_LENGTH] + fresh[LINEAGE_LENGTH:]
 
 
 def shown_digest(token: str) -> str:
@@ -95,7 +136,12 @@ class RefreshTokenStore(ABC):
     records its successor in the same family, so one token of a family is live
     and the others are retired, kept only to recognise their reuse. A retired
     token is never a valid one: ``owner_of`` does not know it, and listings and
-    counts leave it out. Forgetting a family's live token forgets its retired ones.
+    counts leave it out. Forgetting any token of a family forgets the whole family.
+
+    A successor carries its family's lineage (``successor_of``), and the family keeps the
+    lineage's digest while it lives, set at its first rotation: a token whose own digest
+    the family forgot (older than ``RETIRED_GENERATIONS_KEPT`` generations) is still
+    recognised as one of its own. A login stays one record, with no lineage.
     """
 
     #: Whether the store lives apart from the service and may be down when it starts
@@ -123,18 +169,22 @@ class RefreshTokenStore(ABC):
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         """Retire ``token`` of ``username`` and record ``successor`` in its family, atomically.
 
+        ``successor`` is ``successor_of(token)``, so that it carries the family's lineage.
         Of several calls with one token, one rotates it; the others find it retired
         and revoke its whole family (RFC 9700, 4.14.2), unless ``policy.reuse_grace``
-        lets them replace the still unused successor. The successor inherits the
-        family's expiry: ``policy.lifetime`` counts from the login.
+        lets them replace the still unused successor. A token the family forgot, known
+        by its lineage, is reuse too. The successor inherits the family's expiry:
+        ``policy.lifetime`` counts from the login.
         """
 
     @abstractmethod
-    def revoke(self, token: str) -> bool:
-        """Forget the refresh token; return whether it was known.
+    def revoke(self, token: str) -> Revocation:
+        """Forget the refresh token, and with it its whole family, if it has one.
 
-        A family's live token takes the family's retired tokens with it; a retired
-        token goes alone.
+        Its family's live token ends the family (a logout); a retired one, or an older
+        one the family knows by its lineage, ends it too, and is reuse: only a holder
+        of an old token can name it, and that holder may be a thief erasing the trace
+        of a theft.
         """
 
     @abstractmethod

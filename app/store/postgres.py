@@ -27,9 +27,11 @@ from app.store.base import (
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
+    Revocation,
     Rotation,
     StoreUnavailableError,
     TokenRecord,
+    lineage_digest,
     token_digest,
 )
 from app.store.postgres_schema import store_schema
@@ -122,18 +124,24 @@ class PostgresTokenStore(RefreshTokenStore):
         policy = self.policy
         row = self._fetch_one(
             "SELECT outcome, family_digest FROM token_store_rotate"
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 token_digest(token), token_digest(successor), username, self.clock(),
                 policy.lifetime, policy.reuse_grace, RETIRED_GENERATIONS_KEPT, PURGE_BATCH,
-                bool(policy.per_user or policy.lifetime),
+                bool(policy.per_user or policy.lifetime), lineage_digest(token),
             ),
         )  # fmt: skip
         assert row is not None  # a function's one row
         return Rotation(Outcome(row[0]), str(row[1])[:DIGEST_PREFIX_LENGTH])
 
-    def revoke(self, token: str) -> bool:
-        return bool(self._value("SELECT token_store_revoke(%s)", (token_digest(token),)))
+    def revoke(self, token: str) -> Revocation:
+        row = self._fetch_one(
+            "SELECT known, reused, family_digest, owner FROM token_store_revoke(%s, %s, %s)",
+            (token_digest(token), lineage_digest(token), self.clock()),
+        )
+        assert row is not None  # a function's one row
+        known, reused, family, owner = row
+        return Revocation(bool(known), bool(reused), str(family)[:DIGEST_PREFIX_LENGTH], owner)
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
         return int(self._value("SELECT token_store_purge(%s, %s)", (self.clock(), limit)))

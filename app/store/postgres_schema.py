@@ -21,7 +21,7 @@ import psycopg
 from app.postgres_client import Connection, Schema
 
 #: The version this code makes; the files of every version up to it are applied in order.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The lock that the processes making or upgrading the schema take in turn.
 SCHEMA_LOCK = "hashtext('token_store_schema')"
 

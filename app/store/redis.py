@@ -5,12 +5,18 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
 ``rt:token:<digest>``   hash ``{username, issued_at}`` of one token, plus ``expires_at``
                         with a lifetime, and ``family``, ``generation``, ``retired_at``
                         once rotation touched it (see RefreshTokenStore), and ``parent``
-                        (the digest rotated into it) on a successor
+                        (the digest rotated into it) on a successor, ``lineage`` on a
+                        live one
 ``rt:user:<username>``  sorted set of that user's live digests, oldest first, scored by
                         the microsecond of issue, raised past the user's newest by the
                         scripts: same-second tokens are in order of issue, exactly
 ``rt:digests``          sorted set of every live digest, score 0: count and prefix look-up
 ``rt:family:<digest>``  sorted set of a rotated family's digests, scored by generation
+``rt:lineage:<digest>`` hash ``{family, username}`` of a rotated family (and its
+                        ``expires_at`` with a lifetime), under the digest
+                        of its lineage (base.LINEAGE_LENGTH), which the family's live
+                        token's hash holds too (``lineage``): a token the family forgot is
+                        still its own
 ``rt:expiring``         sorted set of ``<digest><username>`` of every token with an
                         expiry, scored by it: the index that purges expired tokens
 ``rt:denied:<digest>``  a signed token refused until the time it holds (a logged-out
@@ -20,7 +26,7 @@ A digest is 64 hex digits, so no token key can be mistaken for another kind, and
 each user key is its fixed prefix followed by the username verbatim: usernames
 holding ``:`` or anything else get keys of their own. With SPEC.md's defaults no
 key has a TTL (refresh tokens are valid until revoked). With a lifetime, a token's
-hash and its family's set expire with the token, and each issue or rotation purges
+hash and its family's set and lineage expire with the token, and each issue or rotation purges
 a bounded batch of ``rt:expiring``'s due members from the other sets, so nothing
 dangles for long. Each change is one Lua script (or one ``SET``, a deny entry), so no
 reader ever sees a token without its index entries, and a login, a refresh, a rotation or
@@ -48,15 +54,18 @@ from app.store.base import (
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
+    Revocation,
     Rotation,
     StoreUnavailableError,
     TokenRecord,
+    lineage_digest,
     token_digest,
 )
 
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
 FAMILY_KEY_PREFIX = "rt:family:"
+LINEAGE_KEY_PREFIX = "rt:lineage:"
 DIGESTS_KEY = "rt:digests"
 EXPIRING_KEY = "rt:expiring"
 DENIED_KEY_PREFIX = "rt:denied:"
@@ -171,13 +180,17 @@ class RedisTokenStore(RefreshTokenStore):
                 connection, connection.rotate, [],
                 token_digest(token), token_digest(successor), username, repr(now), int(now),
                 policy.lifetime or "", repr(policy.reuse_grace), RETIRED_GENERATIONS_KEPT,
-                PURGE_BATCH, _microseconds(now),
+                PURGE_BATCH, _microseconds(now), lineage_digest(token) or "",
             )  # fmt: skip
         return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH])
 
-    def revoke(self, token: str) -> bool:
+    def revoke(self, token: str) -> Revocation:
         with self._answering() as connection:
-            return self._run(connection, connection.revoke, [], token_digest(token)) > 0
+            known, reused, family, username = self._call(
+                connection, connection.revoke, [],
+                token_digest(token), lineage_digest(token) or "", repr(self.clock()),
+            )  # fmt: skip
+        return Revocation(bool(known), bool(reused), family[:DIGEST_PREFIX_LENGTH], username)
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
         with self._answering() as connection:
@@ -248,7 +261,7 @@ class RedisTokenStore(RefreshTokenStore):
     def _call(connection: _Connection, script: Script, keys: list[str], *args: str | int) -> Any:
         return script(
             keys=[DIGESTS_KEY, EXPIRING_KEY, *keys],
-            args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, FAMILY_KEY_PREFIX, *args],
+            args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, FAMILY_KEY_PREFIX, LINEAGE_KEY_PREFIX, *args],
             client=connection.client,
         )
 

@@ -15,9 +15,11 @@ from app.store.base import (
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
+    Revocation,
     Rotation,
     StoreUnavailableError,
     TokenRecord,
+    lineage_digest,
     token_digest,
 )
 from app.store.sqlite_tables import create_schema, forget_live, purge, transaction
@@ -112,13 +114,15 @@ class SQLiteTokenStore(RefreshTokenStore):
             if policy.lifetime:
                 purge(connection, now, PURGE_BATCH)
             row = connection.execute(
-                "SELECT username, family, generation, expires_at, retired_at"
+                "SELECT username, family, generation, expires_at, retired_at, lineage"
                 " FROM refresh_tokens WHERE digest = ?",
                 (digest,),
             ).fetchone()
-            if row is None or (row[3] is not None and now >= row[3]):
+            if row is None:
+                return _reuse_by_lineage(connection, token, username, now)
+            if row[3] is not None and now >= row[3]:
                 return Rotation(Outcome.UNKNOWN)
-            owner, family, generation, expires_at, retired_at = row
+            owner, family, generation, expires_at, retired_at, lineage = row
             if not hmac.compare_digest(owner.encode(), username.encode()):
                 return Rotation(Outcome.OTHER_USER)
             family, generation = family or digest, generation or 0
@@ -126,8 +130,9 @@ class SQLiteTokenStore(RefreshTokenStore):
             if retired_at is None:
                 outcome = Outcome.ROTATED
                 connection.execute(
-                    "UPDATE refresh_tokens SET retired_at = ?, family = ?, generation = ?"
-                    " WHERE digest = ?",
+                    # the lineage goes with the live token: one row per family carries it
+                    "UPDATE refresh_tokens SET retired_at = ?, family = ?, generation = ?,"
+                    " lineage = NULL WHERE digest = ?",
                     (now, family, generation, digest),
                 )
             else:
@@ -146,7 +151,8 @@ class SQLiteTokenStore(RefreshTokenStore):
                 outcome = Outcome.RETRIED
                 # retired, not forgotten: whoever presents it later revokes the family
                 connection.execute(
-                    "UPDATE refresh_tokens SET retired_at = ? WHERE digest = ?", (now, *unused)
+                    "UPDATE refresh_tokens SET retired_at = ?, lineage = NULL WHERE digest = ?",
+                    (now, *unused),
                 )
             if expires_at is None and policy.lifetime:  # a family older than the setting
                 expires_at = int(now) + policy.lifetime
@@ -157,11 +163,12 @@ class SQLiteTokenStore(RefreshTokenStore):
             connection.execute(
                 # numbered, as issue() numbers, only where a limit or a lifetime is set
                 "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, family,"
-                " generation, parent, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? THEN"
-                " (SELECT coalesce(max(sequence), 0) + 1 FROM refresh_tokens"
+                " generation, parent, lineage, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, CASE"
+                " WHEN ? THEN (SELECT coalesce(max(sequence), 0) + 1 FROM refresh_tokens"
                 " WHERE sequence IS NOT NULL) END)",
                 (token_digest(successor), owner, int(now), expires_at, family, generation + 1,
-                 digest, bool(policy.per_user or policy.lifetime)),
+                 digest, lineage or lineage_digest(token),
+                 bool(policy.per_user or policy.lifetime)),
             )  # fmt: skip
             connection.execute(
                 "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
@@ -169,17 +176,44 @@ class SQLiteTokenStore(RefreshTokenStore):
             )
         return Rotation(outcome, shown)
 
-    def revoke(self, token: str) -> bool:
+    def revoke(self, token: str) -> Revocation:
+        now = self.clock()
+        # each statement commits on its own, under the write lock: no transaction needed
         with self._connection(durable=True) as connection:
             # fetchall: a RETURNING statement commits when its last row is read
             rows = connection.execute(
-                "DELETE FROM refresh_tokens WHERE digest = ? RETURNING family, retired_at",
+                "DELETE FROM refresh_tokens WHERE digest = ?"
+                " RETURNING username, family, retired_at, expires_at",
                 (token_digest(token),),
             ).fetchall()
-            if rows and rows[0][0] is not None and rows[0][1] is None:
-                # the family's live token: its retired ones could only be reused now
-                connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (rows[0][0],))
-        return bool(rows)
+            if rows:
+                owner, family, retired_at, expires_at = rows[0]
+                if family is None:  # a token never rotated: a family of its own
+                    return Revocation(known=True, username=owner)
+                connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+                live_family = expires_at is None or expires_at > now
+                return Revocation(
+                    True, retired_at is not None and live_family, family[:DIGEST_PREFIX_LENGTH],
+                    owner,
+                )  # fmt: skip
+            lineage = lineage_digest(token)
+            if lineage is None:
+                return Revocation(known=False)
+            # a token the family forgot: its lineage names the family, which ends now (a
+            # read first: most unknown tokens name none, and a read takes no write lock)
+            found = connection.execute(
+                "SELECT family FROM refresh_tokens"
+                " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+                (lineage, now),
+            ).fetchone()
+            if found is None:
+                return Revocation(known=False)
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE family = ? RETURNING username", found
+            ).fetchall()
+        if not rows:  # another process ended the family meanwhile
+            return Revocation(known=False)
+        return Revocation(True, True, found[0][:DIGEST_PREFIX_LENGTH], rows[0][0])
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
         with self._connection(write=True) as connection:
@@ -298,3 +332,25 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def _create_schema(self, connection: sqlite3.Connection) -> None:
         create_schema(connection, username_index=bool(self.policy.per_user))
+
+
+def _reuse_by_lineage(
+    connection: sqlite3.Connection, token: str, username: str, now: float
+) -> Rotation:
+    """Answer a token whose digest is unknown: reuse, if its lineage names a live family
+    of ``username`` (a token the family forgot), which is then revoked; else unknown."""
+    lineage = lineage_digest(token)
+    if lineage is None:
+        return Rotation(Outcome.UNKNOWN)
+    row = connection.execute(
+        "SELECT username, family FROM refresh_tokens"
+        " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+        (lineage, now),
+    ).fetchone()
+    if row is None:
+        return Rotation(Outcome.UNKNOWN)
+    owner, family = row
+    if not hmac.compare_digest(owner.encode(), username.encode()):
+        return Rotation(Outcome.OTHER_USER)
+    connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+    return Rotation(Outcome.REUSED, family[:DIGEST_PREFIX_LENGTH])

@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
     generation INTEGER,
     retired_at REAL,
     parent     TEXT,
-    sequence   INTEGER
+    sequence   INTEGER,
+    lineage    TEXT
 ) WITHOUT ROWID;
 """
 #: Columns added since the first schema: ALTER TABLE adds each one a file lacks.
@@ -29,6 +30,10 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
 #: ``sequence``: the order of issue, so that same-second tokens are told apart exactly,
 #: set under a per-user limit or a lifetime; NULL without either (SPEC.md's defaults'
 #: one INSERT, where nothing is evicted) and in older rows, which sort first in a second.
+#: ``lineage``: on a family's live successor only, the digest of the family's lineage
+#: (base.LINEAGE_LENGTH), by which a token the family forgot is still known as its own;
+#: NULL on a login, on a retired token, and on a successor made before the column (its
+#: family gets one at its next rotation).
 ADDED_COLUMNS = {
     "expires_at": "INTEGER",
     "family": "TEXT",
@@ -36,6 +41,7 @@ ADDED_COLUMNS = {
     "retired_at": "REAL",
     "parent": "TEXT",
     "sequence": "INTEGER",
+    "lineage": "TEXT",
 }
 #: Partial indexes: a token without expiry or family (SPEC.md's defaults) adds nothing.
 INDEXES = """
@@ -45,6 +51,8 @@ CREATE INDEX IF NOT EXISTS refresh_tokens_by_family
     ON refresh_tokens (family, generation) WHERE family IS NOT NULL;
 CREATE INDEX IF NOT EXISTS refresh_tokens_by_sequence
     ON refresh_tokens (sequence) WHERE sequence IS NOT NULL;
+CREATE INDEX IF NOT EXISTS refresh_tokens_by_lineage
+    ON refresh_tokens (lineage) WHERE lineage IS NOT NULL;
 """
 #: Signed tokens refused until they expire (a logged-out cookie token), by digest.
 DENIED_SCHEMA = """

@@ -1,7 +1,7 @@
 """Copy every refresh token and deny entry from one store to another (``flask tokens copy``).
 
 Each backend keeps the same facts about a token (its digest, username, issue time,
-expiry, family, generation, retirement, parent), in its own layout; this reads them
+expiry, family, generation, retirement, parent, lineage), in its own layout; this reads them
 out of one and writes them into another, so a token refreshes, rotates, and is
 recognised as reused exactly as before. Expired tokens and entries are left behind.
 
@@ -56,9 +56,12 @@ class StoredToken:
     generation: int | None = None
     retired_at: float | None = None
     parent: str | None = None
+    lineage: str | None = None
 
 
-COLUMNS = "digest, username, issued_at, expires_at, family, generation, retired_at, parent"
+COLUMNS = "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage"
+#: The fields of a token's Redis hash written as they are (``retired_at`` is a float's repr).
+REDIS_FIELDS = ("username", "issued_at", "expires_at", "family", "generation", "parent", "lineage")
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> t
     kind = _kind(target)
     rows = [
         (t.digest, t.username, t.issued_at, t.expires_at, t.family, t.generation,
-         t.retired_at, t.parent)
+         t.retired_at, t.parent, t.lineage)
         for t in batch
     ]  # fmt: skip
     live_rows: list[tuple[Any, ...]] = []
@@ -255,7 +258,7 @@ def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> t
             written = [
                 connection.executemany(
                     f"INSERT OR IGNORE INTO refresh_tokens ({COLUMNS})"  # noqa: S608
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     group,
                 ).rowcount
                 for group in (live_rows, retired_rows)
@@ -267,7 +270,7 @@ def _write(target: RefreshTokenStore, batch: list[StoredToken], now: float) -> t
             for group in (live_rows, retired_rows):
                 cursor.executemany(
                     f"INSERT INTO refresh_tokens ({COLUMNS})"  # noqa: S608
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
                     group,
                 )
                 written.append(max(cursor.rowcount, 0))  # -1 after no row at all
@@ -315,7 +318,7 @@ def _from_redis(digest: str, fields: dict[str, str]) -> StoredToken:
     return StoredToken(
         digest, fields["username"], int(fields["issued_at"]), number("expires_at", int),
         fields.get("family"), number("generation", int), number("retired_at", float),
-        fields.get("parent"),
+        fields.get("parent"), fields.get("lineage"),
     )  # fmt: skip
 
 
@@ -334,9 +337,7 @@ def _write_redis(client: Any, batch: list[StoredToken], now: float) -> tuple[int
         live += token.retired_at is None
         key = f"rt:token:{token.digest}"
         fields = {
-            name: value
-            for name in ("username", "issued_at", "expires_at", "family", "generation", "parent")
-            if (value := getattr(token, name)) is not None
+            name: value for name in REDIS_FIELDS if (value := getattr(token, name)) is not None
         }
         if token.retired_at is not None:
             fields["retired_at"] = repr(token.retired_at)
@@ -346,11 +347,17 @@ def _write_redis(client: Any, batch: list[StoredToken], now: float) -> tuple[int
             writes.zadd("rt:digests", {token.digest: 0})
         if token.family is not None:
             writes.zadd(f"rt:family:{token.family}", {token.digest: token.generation or 0})
+            if token.lineage is not None:  # the family known by its lineage
+                lineage = {"family": token.family, "username": token.username}
+                writes.hset(f"rt:lineage:{token.lineage}", mapping=lineage)
         if token.expires_at is not None:
             ttl = max(1, math.floor((token.expires_at - now) * 1000))
             writes.zadd("rt:expiring", {token.digest + token.username: token.expires_at})
             writes.pexpire(key, ttl)
             if token.family is not None:
                 writes.pexpire(f"rt:family:{token.family}", ttl)
+            if token.family is not None and token.lineage is not None:
+                writes.hset(f"rt:lineage:{token.lineage}", "expires_at", token.expires_at)
+                writes.pexpire(f"rt:lineage:{token.lineage}", ttl)
     writes.execute()
     return tokens, live

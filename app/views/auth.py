@@ -22,7 +22,7 @@ from app.request_body import missing, optional_string, read_fields, required_str
 from app.request_log import note
 from app.responses import bodiless, json_response
 from app.settings import current_settings
-from app.store import Outcome, get_store, shown_digest
+from app.store import Outcome, get_store, shown_digest, successor_of
 from app.tokens import (
     MAX_USERNAME_LENGTH,
     issue_access_token,
@@ -121,7 +121,7 @@ def refresh() -> Response:
 
 def _rotate(refresh_token: str, username: str) -> Response:
     """Answer /token with rotation: a successor replaces the token, and its reuse is caught."""
-    successor = new_refresh_token()
+    successor = successor_of(refresh_token)  # it carries the family's lineage
     rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
     if rotation is None or rotation.outcome is Outcome.UNKNOWN:
         note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
@@ -249,9 +249,20 @@ def forbid_caching(response: Response) -> Response:
 @bp.delete("/token/<any_text:refresh_token>")
 def revoke(refresh_token: str) -> Response:
     """Forget a refresh token; unknown tokens are ignored: 204 either way (429 over
-    RATE_LIMIT_AUTH, counted as its own endpoint, before the store is reached)."""
+    RATE_LIMIT_AUTH, counted as its own endpoint, before the store is reached).
+
+    An old token of a rotated family ends the family, as its reuse at /token does.
+    """
     limit_rate("revoke")
-    if get_store().revoke(refresh_token):
+    revocation = get_store().revoke(refresh_token)
+    if revocation.reused:  # an old token's holder may be a thief erasing a theft's trace
+        note(
+            user=revocation.username,
+            revoked=shown_digest(refresh_token),
+            event=Event.REFRESH_TOKEN_REUSE,
+            family=revocation.family,
+        )
+    elif revocation.known:
         note(event=Event.REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
     else:
         note(event=Event.REVOKE)

@@ -1,9 +1,9 @@
--- ARGV[4..11]: digest, username, now, issued_at, expires_at ('' for none), the
+-- ARGV[5..12]: digest, username, now, issued_at, expires_at ('' for none), the
 -- per-user limit (0 for none), the purge batch, now in microseconds. Issues under a
 -- lifetime or a limit.
-local digest, username, now, issued_at = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local expires_at, per_user = ARGV[8], tonumber(ARGV[9])
-purge(ARGV[6], tonumber(ARGV[10]))
+local digest, username, now, issued_at = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local expires_at, per_user = ARGV[9], tonumber(ARGV[10])
+purge(ARGV[7], tonumber(ARGV[11]))
 local user_key = user_prefix .. username
 if per_user > 0 then
     local live = {}
@@ -23,7 +23,7 @@ if per_user > 0 then
 end
 local token_key = token_prefix .. digest
 redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at)
-redis.call('ZADD', user_key, next_score(user_key, ARGV[11]), digest)
+redis.call('ZADD', user_key, next_score(user_key, ARGV[12]), digest)
 redis.call('ZADD', digests_key, 0, digest)
 if expires_at ~= '' then
     redis.call('HSET', token_key, 'expires_at', expires_at)

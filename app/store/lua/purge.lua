@@ -1,2 +1,2 @@
--- ARGV[4]: now, ARGV[5]: the most to purge. Returns how many expired tokens it forgot.
-return purge(ARGV[4], tonumber(ARGV[5]))
+-- ARGV[5]: now, ARGV[6]: the most to purge. Returns how many expired tokens it forgot.
+return purge(ARGV[5], tonumber(ARGV[6]))

@@ -1,16 +1,27 @@
--- ARGV[4..13]: digest, successor's digest, username, now, issued_at, lifetime ('' for
--- none), grace, generations kept, purge batch, now in microseconds. Returns {outcome,
--- family}.
-local digest, successor, username = ARGV[4], ARGV[5], ARGV[6]
-local now, issued_at, lifetime = tonumber(ARGV[7]), ARGV[8], ARGV[9]
+-- ARGV[5..15]: digest, successor's digest, username, now, issued_at, lifetime ('' for
+-- none), grace, generations kept, purge batch, now in microseconds, the digest of the
+-- token's lineage ('' for none). Returns {outcome, family}.
+local digest, successor, username = ARGV[5], ARGV[6], ARGV[7]
+local now, issued_at, lifetime = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 if lifetime ~= '' then
-    purge(ARGV[7], tonumber(ARGV[12]))
+    purge(ARGV[8], tonumber(ARGV[13]))
 end
 local token_key = token_prefix .. digest
 local record = redis.call('HMGET', token_key, 'username', 'family', 'generation', 'expires_at',
-                          'retired_at')
+                          'retired_at', 'lineage')
 local owner, family, generation, expires_at = record[1], record[2], record[3], record[4]
-if not owner or (expires_at and now >= tonumber(expires_at)) then
+if not owner then
+    -- a token the family forgot, known by its lineage: reuse
+    family, owner = family_of_lineage(ARGV[15], now)
+    if not family then
+        return {'unknown', ''}
+    elseif owner ~= username then
+        return {'other_user', ''}
+    end
+    forget_family(family, username)
+    return {'reused', family}
+end
+if expires_at and now >= tonumber(expires_at) then
     return {'unknown', ''}
 end
 if owner ~= username then
@@ -20,14 +31,15 @@ family = family or digest
 generation = tonumber(generation or '0')
 local family_key, user_key = family_prefix .. family, user_prefix .. username
 local function retire(member)
-    redis.call('HSET', token_prefix .. member, 'retired_at', ARGV[7])
+    redis.call('HSET', token_prefix .. member, 'retired_at', ARGV[8])
+    redis.call('HDEL', token_prefix .. member, 'lineage')  -- the live token's alone
     redis.call('ZREM', digests_key, member)
     redis.call('ZREM', user_key, member)
 end
 local outcome = 'rotated'
 if record[5] then
     local unused = nil
-    local grace = tonumber(ARGV[10])
+    local grace = tonumber(ARGV[11])
     -- no grace, no retry: a clock read a moment before another rotation is no excuse
     if grace > 0 and now < tonumber(record[5]) + grace then
         -- this token's own successor, if nothing rotated or replaced it yet: a sibling's
@@ -64,7 +76,12 @@ end
 local successor_key = token_prefix .. successor
 redis.call('HSET', successor_key, 'username', username, 'issued_at', issued_at,
            'family', family, 'generation', generation + 1, 'parent', digest)
-redis.call('ZADD', user_key, next_score(user_key, ARGV[13]), successor)
+local lineage = record[6] or ARGV[15]
+if lineage ~= '' then
+    redis.call('HSET', successor_key, 'lineage', lineage)
+    redis.call('HSET', lineage_prefix .. lineage, 'family', family, 'username', username)
+end
+redis.call('ZADD', user_key, next_score(user_key, ARGV[14]), successor)
 redis.call('ZADD', digests_key, 0, successor)
 redis.call('ZADD', family_key, generation + 1, successor)
 if expires_at then
@@ -72,8 +89,12 @@ if expires_at then
     redis.call('ZADD', expiring_key, expires_at, successor .. username)
     redis.call('PEXPIRE', successor_key, milliseconds_until(expires_at, now))
     redis.call('PEXPIRE', family_key, milliseconds_until(expires_at, now))
+    if lineage ~= '' then
+        redis.call('HSET', lineage_prefix .. lineage, 'expires_at', expires_at)
+        redis.call('PEXPIRE', lineage_prefix .. lineage, milliseconds_until(expires_at, now))
+    end
 end
-local cutoff = '(' .. (generation + 1 - tonumber(ARGV[11]))
+local cutoff = '(' .. (generation + 1 - tonumber(ARGV[12]))
 for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, '-inf', cutoff)) do
     redis.call('DEL', token_prefix .. member)
     unindex(member, username)

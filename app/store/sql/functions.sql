@@ -6,7 +6,8 @@
 -- floor. Every change to a user's families (rotation, a revoke, an eviction under the
 -- limit, revoke-user) takes that user's advisory lock first, and each statement after it
 -- reads afresh (READ COMMITTED, a volatile function): concurrent calls about one user
--- run one after the other, whichever host or worker makes them.
+-- run one after the other, whichever host or worker makes them. Each function runs with
+-- a search_path of its own schema only (the end of this file sets it).
 
 -- Forget up to p_limit expired tokens, found through the expiry index; rows another call
 -- is changing are left to it.
@@ -75,10 +76,12 @@ END $$;
 
 -- Rotate p_digest into p_successor (RefreshTokenStore.rotate): outcome is rotated,
 -- retried, reused, unknown or other_user; family_digest the family's first digest.
+-- p_lineage: the digest of the token's lineage (NULL for none); a token whose digest is
+-- unknown but whose lineage names a live family is one the family forgot: reuse.
 CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
-    p_numbered boolean, OUT outcome text, OUT family_digest text)
+    p_numbered boolean, p_lineage text, OUT outcome text, OUT family_digest text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := floor(p_now);
@@ -96,6 +99,20 @@ BEGIN
     END IF;
     SELECT username INTO v_owner FROM refresh_tokens WHERE digest = p_digest;
     IF NOT FOUND THEN
+        SELECT username, family INTO v_owner, v_family FROM refresh_tokens
+            WHERE lineage = p_lineage AND (expires_at IS NULL OR expires_at > v_now) LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN;
+        ELSIF v_owner <> p_username THEN
+            outcome := 'other_user';
+            RETURN;
+        END IF;
+        PERFORM token_store_lock_user(v_owner);
+        DELETE FROM refresh_tokens WHERE family = v_family;
+        IF FOUND THEN  -- else another call ended the family meanwhile
+            outcome := 'reused';
+            family_digest := v_family;
+        END IF;
         RETURN;
     END IF;
     PERFORM token_store_lock_user(v_owner);
@@ -112,7 +129,9 @@ BEGIN
     family_digest := v_family;
     IF v_token.retired_at IS NULL THEN
         outcome := 'rotated';
-        UPDATE refresh_tokens SET retired_at = p_now, family = v_family, generation = v_generation
+        -- the lineage goes with the live token: one row per family carries it
+        UPDATE refresh_tokens
+            SET retired_at = p_now, family = v_family, generation = v_generation, lineage = NULL
             WHERE digest = p_digest;
     ELSE
         -- no grace, no retry; within it, this token's own successor, if nothing rotated
@@ -129,7 +148,7 @@ BEGIN
         END IF;
         outcome := 'retried';
         -- retired, not forgotten: whoever presents it later revokes the family
-        UPDATE refresh_tokens SET retired_at = p_now WHERE digest = v_unused;
+        UPDATE refresh_tokens SET retired_at = p_now, lineage = NULL WHERE digest = v_unused;
     END IF;
     v_expires := v_token.expires_at;
     IF v_expires IS NULL AND p_lifetime IS NOT NULL THEN  -- a family older than the setting
@@ -137,34 +156,62 @@ BEGIN
         UPDATE refresh_tokens SET expires_at = v_expires WHERE family = v_family;
     END IF;
     INSERT INTO refresh_tokens
-        (digest, username, issued_at, expires_at, family, generation, parent, sequence)
+        (digest, username, issued_at, expires_at, family, generation, parent, lineage, sequence)
         VALUES (p_successor, v_token.username, v_now, v_expires, v_family, v_generation + 1,
-                p_digest, CASE WHEN p_numbered THEN nextval('refresh_tokens_sequence') END);
+                p_digest, coalesce(v_token.lineage, p_lineage),
+                CASE WHEN p_numbered THEN nextval('refresh_tokens_sequence') END);
     DELETE FROM refresh_tokens WHERE family = v_family AND generation < v_generation + 1 - p_kept;
 END $$;
 
--- Forget one token (a family's live one takes the family along); whether it was known.
-CREATE OR REPLACE FUNCTION token_store_revoke(p_digest text)
-RETURNS boolean LANGUAGE plpgsql AS $$
+-- Forget one token and its whole family (RefreshTokenStore.revoke): known, whether a
+-- token or a family was forgotten; reused, whether it was a retired member, or one the
+-- family forgot (p_lineage, as in token_store_rotate); family_digest ('' for none) and
+-- owner, the family's.
+CREATE OR REPLACE FUNCTION token_store_revoke(
+    p_digest text, p_lineage text, p_now double precision,
+    OUT known boolean, OUT reused boolean, OUT family_digest text, OUT owner text)
+LANGUAGE plpgsql AS $$
 DECLARE
+    v_now bigint := floor(p_now);
     v_owner text;
     v_family text;
     v_retired double precision;
+    v_expires bigint;
 BEGIN
+    known := false;
+    reused := false;
+    family_digest := '';
+    owner := '';
     SELECT username INTO v_owner FROM refresh_tokens WHERE digest = p_digest;
+    IF FOUND THEN
+        PERFORM token_store_lock_user(v_owner);
+        DELETE FROM refresh_tokens WHERE digest = p_digest
+            RETURNING family, retired_at, expires_at INTO v_family, v_retired, v_expires;
+        IF NOT FOUND THEN  -- another call forgot it meanwhile
+            RETURN;
+        END IF;
+        known := true;
+        owner := v_owner;
+        IF v_family IS NOT NULL THEN
+            DELETE FROM refresh_tokens WHERE family = v_family;
+            family_digest := v_family;
+            reused := v_retired IS NOT NULL AND (v_expires IS NULL OR v_expires > v_now);
+        END IF;
+        RETURN;
+    END IF;
+    SELECT username, family INTO v_owner, v_family FROM refresh_tokens
+        WHERE lineage = p_lineage AND (expires_at IS NULL OR expires_at > v_now) LIMIT 1;
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN;
     END IF;
     PERFORM token_store_lock_user(v_owner);
-    DELETE FROM refresh_tokens WHERE digest = p_digest
-        RETURNING family, retired_at INTO v_family, v_retired;
-    IF NOT FOUND THEN
-        RETURN false;
+    DELETE FROM refresh_tokens WHERE family = v_family;
+    IF FOUND THEN
+        known := true;
+        reused := true;
+        family_digest := v_family;
+        owner := v_owner;
     END IF;
-    IF v_family IS NOT NULL AND v_retired IS NULL THEN
-        DELETE FROM refresh_tokens WHERE family = v_family;
-    END IF;
-    RETURN true;
 END $$;
 
 -- Forget every token of p_username; how many were live.
@@ -208,4 +255,39 @@ BEGIN
     END IF;
     PERFORM token_store_forget_live(v_token.digest, v_token.family);
     RETURN 1;
+END $$;
+
+-- The signatures of version 2, for a host still running that version while the others
+-- upgrade: each is this version's function, without a lineage.
+CREATE OR REPLACE FUNCTION token_store_rotate(
+    p_digest text, p_successor text, p_username text, p_now double precision,
+    p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
+    p_numbered boolean, OUT outcome text, OUT family_digest text)
+LANGUAGE sql AS $$
+    SELECT * FROM token_store_rotate(p_digest, p_successor, p_username, p_now, p_lifetime,
+                                     p_grace, p_kept, p_batch, p_numbered, NULL::text)
+$$;
+
+CREATE OR REPLACE FUNCTION token_store_revoke(p_digest text)
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT known FROM token_store_revoke(p_digest, NULL::text,
+                                         extract(epoch FROM clock_timestamp())::double precision)
+$$;
+
+-- Every function above runs with its own schema as search_path, and pg_temp last
+-- (pg_catalog, unnamed, is searched first): no table, function or operator that a role
+-- makes in another schema of a caller's search_path, or in pg_temp, can stand in for
+-- the store's own.
+DO $$
+DECLARE
+    v_schema text := current_schema();
+    v_function regprocedure;
+BEGIN
+    FOR v_function IN
+        SELECT oid::regprocedure FROM pg_proc
+        WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = v_schema)
+        AND proname LIKE 'token\_store\_%'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_function, v_schema);
+    END LOOP;
 END $$;
