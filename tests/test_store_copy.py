@@ -152,6 +152,8 @@ def test_a_familys_lineage_moves_with_it(source_backend, target_backend, request
     target.close()
 
 
+@pytest.mark.postgres
+@pytest.mark.store("sqlite")
 def test_flask_tokens_copy_moves_the_apps_tokens_and_never_shows_the_url(make_app, postgres_url):
     app = make_app()  # the SQLite default
     client = app.test_client()
