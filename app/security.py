@@ -131,8 +131,7 @@ def log_out_cookie_token() -> None:
 
 def _is_logged_out(token: str) -> bool:
     """Return whether a logout denied ``token``, a cookie token verified just before."""
-    store = get_store()
-    return any(store.is_denied(digest) for digest in _deny_digests(token))
+    return get_store().is_denied(*_deny_digests(token))
 
 
 def _deny_digests(token: str) -> list[str]:

@@ -978,6 +978,18 @@ def test_a_denied_digest_is_denied_on_every_store_of_it_until_its_time(make_stor
     assert (store.is_denied(denied), other.is_denied(denied)) == (False, False)
 
 
+def test_several_digests_are_denied_if_any_of_them_is(make_store):
+    store = make_store()
+    first, second, third = (token_digest(f"cookie token {n}") for n in range(3))
+    store.deny(second, store.clock() + 60)
+    store.deny(third, store.clock() + 30)
+    assert store.is_denied(first, second) is True
+    assert store.is_denied(second, first, third) is True
+    assert store.is_denied(first, token_digest("another")) is False
+    store.clock.advance(45)  # the third's entry ended, the second's not
+    assert (store.is_denied(first, third), store.is_denied(third, second)) == (False, True)
+
+
 def test_a_deny_until_a_past_time_denies_nothing(make_store):
     store = make_store()
     store.deny(token_digest("expired cookie token"), store.clock() - 1)

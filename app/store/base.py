@@ -212,7 +212,7 @@ class RefreshTokenStore(ABC):
 
     @abstractmethod
     def deny(self, digest: str, until: float) -> None:
-        """Refuse the signed token whose ``token_digest`` is ``digest`` until ``until``.
+        """Refuse the signed token that the caller names by ``digest`` until ``until``.
 
         For tokens the service cannot otherwise take back (the cookie token of a
         logout): the entry is kept until ``until`` (seconds since the epoch), then
@@ -220,8 +220,11 @@ class RefreshTokenStore(ABC):
         """
 
     @abstractmethod
-    def is_denied(self, digest: str) -> bool:
-        """Return whether ``deny`` refused the token of ``digest`` until a time still to come."""
+    def is_denied(self, *digests: str) -> bool:
+        """Return whether ``deny`` refused any of ``digests`` until a time still to come.
+
+        One round trip however many digests: a token may be named several ways.
+        """
 
     @abstractmethod
     def count(self) -> int:

@@ -177,10 +177,10 @@ class PostgresTokenStore(RefreshTokenStore):
             {"digest": digest, "until": until, "now": now, "batch": PURGE_BATCH},
         )
 
-    def is_denied(self, digest: str) -> bool:
+    def is_denied(self, *digests: str) -> bool:
         row = self._fetch_one(
-            "SELECT 1 FROM denied_tokens WHERE digest = %s AND expires_at > %s",
-            (digest, self.clock()),
+            "SELECT 1 FROM denied_tokens WHERE digest = ANY(%s) AND expires_at > %s LIMIT 1",
+            (list(digests), self.clock()),
         )
         return row is not None
 

@@ -229,10 +229,14 @@ class RedisTokenStore(RefreshTokenStore):
                 DENIED_KEY_PREFIX + digest, repr(until), px=max(1, math.ceil((until - now) * 1000))
             )
 
-    def is_denied(self, digest: str) -> bool:
+    def is_denied(self, *digests: str) -> bool:
         with self._answering() as connection:
-            until = cast(str | None, connection.client.get(DENIED_KEY_PREFIX + digest))
-        return until is not None and self.clock() < float(until)
+            untils = cast(
+                list[str | None],
+                connection.client.mget([DENIED_KEY_PREFIX + digest for digest in digests]),
+            )
+        now = self.clock()
+        return any(until is not None and now < float(until) for until in untils)
 
     def count(self) -> int:
         self._purge_all_expired()

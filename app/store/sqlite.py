@@ -271,12 +271,11 @@ class SQLiteTokenStore(RefreshTokenStore):
                 (digest, until),
             )
 
-    def is_denied(self, digest: str) -> bool:
+    def is_denied(self, *digests: str) -> bool:
+        placeholders = ", ".join("?" * len(digests))  # placeholders only: no value in the text
+        query = f"SELECT 1 FROM denied_tokens WHERE expires_at > ? AND digest IN ({placeholders})"  # noqa: S608
         with self._connection() as connection:
-            row = connection.execute(
-                "SELECT 1 FROM denied_tokens WHERE digest = ? AND expires_at > ?",
-                (digest, self.clock()),
-            ).fetchone()
+            row = connection.execute(query, (self.clock(), *digests)).fetchone()
         return row is not None
 
     def count(self) -> int:
