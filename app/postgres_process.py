@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,17 @@ class Process:
     finalizer: weakref.finalize[Any, Any] | None = None
 
 
-def handing_over(handoff: list[Connection]) -> type[Connection]:
+def handing_over(handoff: list[Connection], refused: Callable[[], None]) -> type[Connection]:
     """Return a connection class whose first ``connect`` hands over the pool's first
-    connection (made, and prepared, by the caller) instead of making another."""
+    connection (made, and prepared, by the caller) instead of making another, and which
+    calls ``refused`` when the server refuses a new connection.
+
+    The pool connects in its own thread and keeps trying, so a caller waiting for a
+    connection would wait its whole timeout for a server that said no at once: a refused
+    connection (nothing listening, the server shutting down, a wrong password) is known
+    then, and ``refused`` fails the waiting callers. A connection that timed out (a
+    frozen server) is left to the callers' own deadlines.
+    """
 
     class HandedOver(psycopg.Connection[Any]):
         @classmethod
@@ -43,7 +52,14 @@ def handing_over(handoff: list[Connection]) -> type[Connection]:
             try:
                 return handoff.pop()
             except IndexError:
+                pass
+            try:
                 return psycopg.Connection.connect(conninfo, **kwargs)
+            except psycopg.errors.ConnectionTimeout:
+                raise
+            except psycopg.OperationalError:
+                refused()
+                raise
 
     return HandedOver
 

@@ -380,23 +380,30 @@ def steady_server():
     server.remove()
 
 
+@pytest.mark.parametrize("pool_min", ["0", "1"])
 def test_a_stopped_server_is_503_at_once_and_a_restarted_one_is_used_again(
-    postgres_server, tmp_path
+    postgres_server, tmp_path, caplog, pool_min
 ):
+    # TOKEN_STORE_POOL_MIN=0: the request thread keeps the pool's only connection, so
+    # after the stop no idle one is left and the pool has to connect while the request
+    # waits (with 1, whether an idle one is left depends on how the start-up raced)
     server = postgres_server()
     app = create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": server.url(),
-                      "TOKEN_STORE_TIMEOUT": "30"})  # fmt: skip
+                      "TOKEN_STORE_TIMEOUT": "30", "TOKEN_STORE_POOL_MIN": pool_min})  # fmt: skip
     client = app.test_client()
     tokens = client.post("/login", json={"username": "alice"}).json
     body = {"username": "alice", "refreshToken": tokens["refreshToken"]}
     server.stop()
+    caplog.set_level(logging.WARNING)
     started = time.monotonic()
     for _ in range(3):
         response = client.post("/token", json=body)
         assert response.status_code == 503
         assert response.headers["Retry-After"] == "1"
+        assert client.post("/login", json={"username": "bob"}).status_code == 503
     assert client.get("/readyz").status_code == 503
     assert time.monotonic() - started < 30  # a refused connection: no wait for the timeout
+    assert "PoolTimeout" not in caplog.text
     server.start()
     # every pooled connection died with the server: none is handed to a request
     for _ in range(5):
