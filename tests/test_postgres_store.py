@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import socket
 import threading
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ import pytest
 
 from app import create_app
 from app.config import ConfigError
+from app.postgres_process import handing_over
 from app.store import Outcome, RefreshTokenPolicy, StoreUnavailableError, open_store, token_digest
 from app.store.postgres_schema import SCHEMA_VERSION
 from app.tokens import new_refresh_token
@@ -409,6 +411,21 @@ def test_a_stopped_server_is_503_at_once_and_a_restarted_one_is_used_again(
     for _ in range(5):
         assert client.post("/token", json=body).status_code == 200
     assert client.get("/readyz").status_code == 200
+
+
+def test_the_pool_reports_a_refused_connection_and_not_a_silent_one():
+    # what lets a waiting call fail at once: a refusal is reported as it happens, while
+    # a server that accepts and never answers (a frozen one) is left to the deadlines
+    refusals: list[None] = []
+    connection_class = handing_over([], lambda: refusals.append(None))
+    with pytest.raises(psycopg.OperationalError, match="refused"):
+        connection_class.connect(f"host=127.0.0.1 port={free_port()} connect_timeout=2")
+    assert len(refusals) == 1
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never accepts, never answers
+        port = silent.getsockname()[1]
+        with pytest.raises(psycopg.errors.ConnectionTimeout):
+            connection_class.connect(f"host=127.0.0.1 port={port} connect_timeout=2")
+    assert len(refusals) == 1
 
 
 def test_a_restart_between_calls_fails_no_call(postgres_server):
