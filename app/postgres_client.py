@@ -268,7 +268,9 @@ class ProcessPool:
         def refused() -> None:
             this = owner()
             if this is not None and made:
-                this._discard(made[0])  # its waiting callers get PoolClosed: see _take
+                # its waiting callers get PoolClosed (see _take); a server that refused
+                # one connection may still serve the open ones: calls on them finish
+                this._discard(made[0], shut_kept=False)
 
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.conninfo,
@@ -286,11 +288,11 @@ class ProcessPool:
         pool.open(wait=False)
         return process
 
-    def _discard(self, process: Process) -> None:
+    def _discard(self, process: Process, shut_kept: bool = True) -> None:
         with self._lock:
             if self._current is process:
                 self._current = None
-        close_soon(process)
+        close_soon(process, shut_kept)
 
 
 #: The pools of this process, one per database and settings (see ``shared_pool``).

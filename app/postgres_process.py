@@ -97,9 +97,11 @@ def give_back(process: Process, connection: Connection) -> None:
         connection.close()
 
 
-def close_pool(process: Process) -> None:
+def close_pool(process: Process, shut_kept: bool = True) -> None:
     """Close a pool of this process, its connections and its watchdog; never a parent's,
-    whose sockets the parent still uses."""
+    whose sockets the parent still uses. ``shut_kept=False`` leaves the connections its
+    threads keep to them: a call running on one finishes, and the thread's next call
+    gives it back to the closed pool, which closes it."""
     if process.pid != os.getpid():
         return
     if process.finalizer is not None:
@@ -108,18 +110,18 @@ def close_pool(process: Process) -> None:
     process.pool.close()
     for connection in process.handoff:  # never taken: the pool closed first
         connection.close()
-    for connection in list(process.kept):  # a thread may be using it: shut, not closed
-        if not connection.closed:
+    for connection in list(process.kept) if shut_kept else ():
+        if not connection.closed:  # a thread may be using it: shut, not closed
             shut(connection.pgconn.socket)
 
 
-def close_soon(process: Process) -> None:
+def close_soon(process: Process, shut_kept: bool = True) -> None:
     """Close a pool in a thread of its own: never in one of its workers, which the
     collector may be running in, and which cannot wait for itself."""
     if process.finalizer is not None:
         process.finalizer.detach()
     if process.pid == os.getpid():
-        threading.Thread(target=close_pool, args=(process,), daemon=True).start()
+        threading.Thread(target=close_pool, args=(process, shut_kept), daemon=True).start()
 
 
 def remaining(deadline: float) -> float:

@@ -428,6 +428,33 @@ def test_the_pool_reports_a_refused_connection_and_not_a_silent_one():
     assert len(refusals) == 1
 
 
+def test_a_refused_connection_leaves_the_calls_running_on_kept_ones_alone(postgres_url):
+    # a server may refuse one more connection and keep serving the open ones (at its
+    # max_connections): the pool it closes lets a call that is running finish
+    store = open_store(postgres_url, timeout=10, pool_size=(1, 4))
+    store.ping()
+    running = threading.Event()
+
+    def slow_call() -> object:
+        store.client.execute("SELECT 1", ())  # this thread keeps its connection
+        running.set()
+        return store.client.execute("SELECT 7 FROM pg_sleep(1)", (), fetch=True)
+
+    with ThreadPoolExecutor(1) as thread:
+        answer = thread.submit(slow_call)
+        assert running.wait(10)
+        pool = store.client._current.pool
+        with pytest.raises(psycopg.OperationalError):  # as the pool's own thread would
+            pool.connection_class.connect(f"host=127.0.0.1 port={free_port()}")
+        wait_until(lambda: pool.closed, 10, "the pool closed after the refusal")
+        assert answer.result(20) == (7,)
+    assert store.client._current is None  # the next call connects anew
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    assert store.owner_of(token) == "alice"
+    store.close()
+
+
 def test_a_restart_between_calls_fails_no_call(postgres_server):
     server = postgres_server()
     store = open_store(server.url(), timeout=5, pool_size=(3, 3))
