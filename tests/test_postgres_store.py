@@ -332,7 +332,12 @@ def test_an_unusable_url_refuses_to_start_without_showing_it(tmp_path, url):
     assert "s3cret" not in str(raised.value)
 
 
-def test_a_refused_password_is_503_and_no_line_shows_it(session_postgres, tmp_path, caplog):
+def test_a_refused_password_is_503_and_no_line_shows_it(
+    session_postgres, postgres_url, tmp_path, caplog
+):
+    # the schema is the service role's before the other role is let in: tables that role
+    # made would be its own, which the later tests of this process could not read
+    open_store(postgres_url, timeout=5).ping()
     caplog.set_level(logging.DEBUG)
     wrong = QUOTED_PASSWORD.replace("s3cret", "wrong-s3cret")
     url = f"postgresql://{SCRAM_ROLE}:{wrong}@127.0.0.1:{session_postgres.port}/tokens"
