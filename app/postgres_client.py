@@ -12,6 +12,10 @@ every call is bounded by one deadline, ``timeout`` seconds from its start:
 - a pooled connection whose socket the server closed (a restart, pg_terminate_backend)
   is seen by a poll of its socket, without a round trip, closed and replaced: never
   handed to a call. When none is left, the pool is made anew;
+- a new connection the server refuses (stopped, shutting down, a wrong password) while
+  a call waits for the pool to connect closes the pool at once: the waiting calls fail
+  then, not at their deadline, and the next one connects anew, as above. One that
+  times out (a frozen server) is left to the calls' deadlines;
 - a thread keeps the connection it got (up to ``max_size - 1`` threads), polled the same
   way before each call, instead of taking one from the pool and returning it each time;
 - the server cancels a statement after ``timeout`` (``statement_timeout``), and a
@@ -209,7 +213,11 @@ class ProcessPool:
             try:
                 connection = process.pool.getconn(remaining(deadline))
             except PoolClosed:
-                continue  # another thread found it dead and closed it meanwhile
+                # another thread found it dead, or its own thread had a connection
+                # refused, and closed it meanwhile: the next turn connects anew
+                if self._current is process:
+                    self._discard(process)
+                continue
             except PoolTimeout:
                 if process.pool.pop_stats().get("connections_errors"):
                     self._discard(process)  # the server went away: probe it on next use
@@ -254,9 +262,19 @@ class ProcessPool:
             first.close()
             raise
         handoff = [first]
+        made: list[Process] = []
+        owner = weakref.ref(self)  # the pool's thread must not keep this object alive
+
+        def refused() -> None:
+            this = owner()
+            if this is not None and made:
+                # its waiting callers get PoolClosed (see _take); a server that refused
+                # one connection may still serve the open ones: calls on them finish
+                this._discard(made[0], shut_kept=False)
+
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.conninfo,
-            connection_class=handing_over(handoff),
+            connection_class=handing_over(handoff, refused),
             kwargs={"autocommit": True},
             min_size=self.min_size,
             max_size=self.max_size,
@@ -265,14 +283,16 @@ class ProcessPool:
             num_workers=1,
             name=f"token-service {self.location}",
         )
+        process = Process(pool, watchdog, handoff)
+        made.append(process)
         pool.open(wait=False)
-        return Process(pool, watchdog, handoff)
+        return process
 
-    def _discard(self, process: Process) -> None:
+    def _discard(self, process: Process, shut_kept: bool = True) -> None:
         with self._lock:
             if self._current is process:
                 self._current = None
-        close_soon(process)
+        close_soon(process, shut_kept)
 
 
 #: The pools of this process, one per database and settings (see ``shared_pool``).

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,17 @@ class Process:
     finalizer: weakref.finalize[Any, Any] | None = None
 
 
-def handing_over(handoff: list[Connection]) -> type[Connection]:
+def handing_over(handoff: list[Connection], refused: Callable[[], None]) -> type[Connection]:
     """Return a connection class whose first ``connect`` hands over the pool's first
-    connection (made, and prepared, by the caller) instead of making another."""
+    connection (made, and prepared, by the caller) instead of making another, and which
+    calls ``refused`` when the server refuses a new connection.
+
+    The pool connects in its own thread and keeps trying, so a caller waiting for a
+    connection would wait its whole timeout for a server that said no at once: a refused
+    connection (nothing listening, the server shutting down, a wrong password) is known
+    then, and ``refused`` fails the waiting callers. A connection that timed out (a
+    frozen server) is left to the callers' own deadlines.
+    """
 
     class HandedOver(psycopg.Connection[Any]):
         @classmethod
@@ -43,7 +52,14 @@ def handing_over(handoff: list[Connection]) -> type[Connection]:
             try:
                 return handoff.pop()
             except IndexError:
+                pass
+            try:
                 return psycopg.Connection.connect(conninfo, **kwargs)
+            except psycopg.errors.ConnectionTimeout:
+                raise
+            except psycopg.OperationalError:
+                refused()
+                raise
 
     return HandedOver
 
@@ -81,9 +97,11 @@ def give_back(process: Process, connection: Connection) -> None:
         connection.close()
 
 
-def close_pool(process: Process) -> None:
+def close_pool(process: Process, shut_kept: bool = True) -> None:
     """Close a pool of this process, its connections and its watchdog; never a parent's,
-    whose sockets the parent still uses."""
+    whose sockets the parent still uses. ``shut_kept=False`` leaves the connections its
+    threads keep to them: a call running on one finishes, and the thread's next call
+    gives it back to the closed pool, which closes it."""
     if process.pid != os.getpid():
         return
     if process.finalizer is not None:
@@ -92,18 +110,18 @@ def close_pool(process: Process) -> None:
     process.pool.close()
     for connection in process.handoff:  # never taken: the pool closed first
         connection.close()
-    for connection in list(process.kept):  # a thread may be using it: shut, not closed
-        if not connection.closed:
+    for connection in list(process.kept) if shut_kept else ():
+        if not connection.closed:  # a thread may be using it: shut, not closed
             shut(connection.pgconn.socket)
 
 
-def close_soon(process: Process) -> None:
+def close_soon(process: Process, shut_kept: bool = True) -> None:
     """Close a pool in a thread of its own: never in one of its workers, which the
     collector may be running in, and which cannot wait for itself."""
     if process.finalizer is not None:
         process.finalizer.detach()
     if process.pid == os.getpid():
-        threading.Thread(target=close_pool, args=(process,), daemon=True).start()
+        threading.Thread(target=close_pool, args=(process, shut_kept), daemon=True).start()
 
 
 def remaining(deadline: float) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import socket
 import threading
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ import pytest
 
 from app import create_app
 from app.config import ConfigError
+from app.postgres_process import handing_over
 from app.store import (
     Outcome,
     RefreshTokenPolicy,
@@ -432,7 +434,12 @@ def test_an_unusable_url_refuses_to_start_without_showing_it(tmp_path, url):
     assert "s3cret" not in str(raised.value)
 
 
-def test_a_refused_password_is_503_and_no_line_shows_it(session_postgres, tmp_path, caplog):
+def test_a_refused_password_is_503_and_no_line_shows_it(
+    session_postgres, postgres_url, tmp_path, caplog
+):
+    # the schema is the service role's before the other role is let in: tables that role
+    # made would be its own, which the later tests of this process could not read
+    open_store(postgres_url, timeout=5).ping()
     caplog.set_level(logging.DEBUG)
     wrong = QUOTED_PASSWORD.replace("s3cret", "wrong-s3cret")
     url = f"postgresql://{SCRAM_ROLE}:{wrong}@127.0.0.1:{session_postgres.port}/tokens"
@@ -482,28 +489,77 @@ def steady_server():
     server.remove()
 
 
+@pytest.mark.parametrize("pool_min", ["0", "1"])
 def test_a_stopped_server_is_503_at_once_and_a_restarted_one_is_used_again(
-    postgres_server, tmp_path
+    postgres_server, tmp_path, caplog, pool_min
 ):
+    # TOKEN_STORE_POOL_MIN=0: the request thread keeps the pool's only connection, so
+    # after the stop no idle one is left and the pool has to connect while the request
+    # waits (with 1, whether an idle one is left depends on how the start-up raced)
     server = postgres_server()
     app = create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": server.url(),
-                      "TOKEN_STORE_TIMEOUT": "30"})  # fmt: skip
+                      "TOKEN_STORE_TIMEOUT": "30", "TOKEN_STORE_POOL_MIN": pool_min})  # fmt: skip
     client = app.test_client()
     tokens = client.post("/login", json={"username": "alice"}).json
     body = {"username": "alice", "refreshToken": tokens["refreshToken"]}
     server.stop()
+    caplog.set_level(logging.WARNING)
     started = time.monotonic()
     for _ in range(3):
         response = client.post("/token", json=body)
         assert response.status_code == 503
         assert response.headers["Retry-After"] == "1"
+        assert client.post("/login", json={"username": "bob"}).status_code == 503
     assert client.get("/readyz").status_code == 503
     assert time.monotonic() - started < 30  # a refused connection: no wait for the timeout
+    assert "PoolTimeout" not in caplog.text
     server.start()
     # every pooled connection died with the server: none is handed to a request
     for _ in range(5):
         assert client.post("/token", json=body).status_code == 200
     assert client.get("/readyz").status_code == 200
+
+
+def test_the_pool_reports_a_refused_connection_and_not_a_silent_one():
+    # what lets a waiting call fail at once: a refusal is reported as it happens, while
+    # a server that accepts and never answers (a frozen one) is left to the deadlines
+    refusals: list[None] = []
+    connection_class = handing_over([], lambda: refusals.append(None))
+    with pytest.raises(psycopg.OperationalError, match="refused"):
+        connection_class.connect(f"host=127.0.0.1 port={free_port()} connect_timeout=2")
+    assert len(refusals) == 1
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never accepts, never answers
+        port = silent.getsockname()[1]
+        with pytest.raises(psycopg.errors.ConnectionTimeout):
+            connection_class.connect(f"host=127.0.0.1 port={port} connect_timeout=2")
+    assert len(refusals) == 1
+
+
+def test_a_refused_connection_leaves_the_calls_running_on_kept_ones_alone(postgres_url):
+    # a server may refuse one more connection and keep serving the open ones (at its
+    # max_connections): the pool it closes lets a call that is running finish
+    store = open_store(postgres_url, timeout=10, pool_size=(1, 4))
+    store.ping()
+    running = threading.Event()
+
+    def slow_call() -> object:
+        store.client.execute("SELECT 1", ())  # this thread keeps its connection
+        running.set()
+        return store.client.execute("SELECT 7 FROM pg_sleep(1)", (), fetch=True)
+
+    with ThreadPoolExecutor(1) as thread:
+        answer = thread.submit(slow_call)
+        assert running.wait(10)
+        pool = store.client._current.pool
+        with pytest.raises(psycopg.OperationalError):  # as the pool's own thread would
+            pool.connection_class.connect(f"host=127.0.0.1 port={free_port()}")
+        wait_until(lambda: pool.closed, 10, "the pool closed after the refusal")
+        assert answer.result(20) == (7,)
+    assert store.client._current is None  # the next call connects anew
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    assert store.owner_of(token) == "alice"
+    store.close()
 
 
 def test_a_restart_between_calls_fails_no_call(postgres_server):

@@ -22,7 +22,7 @@ from app.store import (
 )
 from app.store.redis import RedisTokenStore
 from app.tokens import new_refresh_token
-from tests.conftest import free_port, require_tool, which
+from tests.conftest import free_port, require_tool, wait_until, which
 from tests.test_store import OPERATIONS
 
 pytestmark = pytest.mark.redis
@@ -238,6 +238,28 @@ def test_frozen_redis_answers_within_one_timeout_not_many(redis_server):
     finally:
         server.thaw()
     assert store.owner_of(token) == "alice"  # and it answers again, with no reopening
+    store.close()
+
+
+def test_a_login_that_timed_out_on_a_frozen_redis_may_be_stored_and_counts_for_the_cap(
+    redis_server,
+):
+    # what docs/stores.md says an unanswered login costs: Redis runs the script it had
+    # read once it thaws, so the token is stored though nobody was given it, and under
+    # REFRESH_TOKENS_PER_USER it takes a place, here revoking the user's oldest
+    server = redis_server()
+    store = open_store(server.url, timeout=0.5, policy=RefreshTokenPolicy(per_user=2))
+    first, second, unanswered = (new_refresh_token() for _ in range(3))
+    store.issue(first, "alice")
+    store.issue(second, "alice")
+    server.freeze()
+    try:
+        with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+            store.issue(unanswered, "alice")
+    finally:
+        server.thaw()
+    wait_until(lambda: store.owner_of(unanswered) == "alice", 10, "the script run after the thaw")
+    assert (store.owner_of(first), store.owner_of(second)) == (None, "alice")
     store.close()
 
 
