@@ -134,7 +134,7 @@ def verify_access_token(
     return {"username": username, "role": role, "iat": issued_at, "exp": expires_at}
 
 
-# A per-process cache is module state, which STYLE.md otherwise keeps out: it holds
+# A per-process cache is module state, which the service otherwise keeps out: it holds
 # only pure results (token text and keys in, claims out), so it cannot leak between
 # apps or go stale, and it takes PyJWT's verification off most requests.
 @functools.lru_cache(maxsize=VERIFIED_TOKEN_CACHE_SIZE)

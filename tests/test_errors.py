@@ -1,4 +1,4 @@
-"""Bad requests get a clear JSON 4xx (DESIGN.md): never HTML, a stack trace or a 5xx."""
+"""Bad requests get a clear JSON 4xx (docs/api.md): never HTML, a stack trace or a 5xx."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md hold, and no two modules import each other (make lint's check)."""
+"""The layers of docs/architecture.md hold, and no two modules import each other (make lint)."""
 
 from __future__ import annotations
 

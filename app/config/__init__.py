@@ -36,7 +36,7 @@ LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITIC
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text")
 DURABILITIES: tuple[StoreDurability, ...] = ("normal", "strict", "relaxed")
 
-#: Largest request body the service reads, in bytes (DESIGN.md: 16 KiB).
+#: Largest request body the service reads, in bytes (16 KiB; docs/api.md).
 MAX_BODY_BYTES = 16 * 1024
 #: Longest refresh-token lifetime, in seconds (ten years): a typo of a few digits is refused.
 MAX_REFRESH_TOKEN_LIFETIME = 10 * 365 * 86_400
