@@ -201,19 +201,16 @@ class SQLiteTokenStore(RefreshTokenStore):
                 return Revocation(known=False)
             # a token the family forgot: its lineage names the family, which ends now (a
             # read first: most unknown tokens name none, and a read takes no write lock)
-            found = connection.execute(
-                "SELECT family FROM refresh_tokens"
-                " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
-                (lineage, now),
-            ).fetchone()
+            found = _live_family_of(connection, lineage, now)
             if found is None:
                 return Revocation(known=False)
+            family = found[1]
             rows = connection.execute(
-                "DELETE FROM refresh_tokens WHERE family = ? RETURNING username", found
+                "DELETE FROM refresh_tokens WHERE family = ? RETURNING username", (family,)
             ).fetchall()
         if not rows:  # another process ended the family meanwhile
             return Revocation(known=False)
-        return Revocation(True, True, found[0][:DIGEST_PREFIX_LENGTH], rows[0][0])
+        return Revocation(True, True, family[:DIGEST_PREFIX_LENGTH], rows[0][0])
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
         with self._connection(write=True) as connection:
@@ -341,11 +338,7 @@ def _reuse_by_lineage(
     lineage = lineage_digest(token)
     if lineage is None:
         return Rotation(Outcome.UNKNOWN)
-    row = connection.execute(
-        "SELECT username, family FROM refresh_tokens"
-        " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
-        (lineage, now),
-    ).fetchone()
+    row = _live_family_of(connection, lineage, now)
     if row is None:
         return Rotation(Outcome.UNKNOWN)
     owner, family = row
@@ -353,3 +346,16 @@ def _reuse_by_lineage(
         return Rotation(Outcome.OTHER_USER)
     connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
     return Rotation(Outcome.REUSED, family[:DIGEST_PREFIX_LENGTH])
+
+
+def _live_family_of(
+    connection: sqlite3.Connection, lineage: str, now: float
+) -> tuple[str, str] | None:
+    """Return the username and family of the live family whose lineage digest is
+    ``lineage``, or None."""
+    row = connection.execute(
+        "SELECT username, family FROM refresh_tokens"
+        " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+        (lineage, now),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
