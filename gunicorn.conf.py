@@ -13,18 +13,19 @@ import shutil
 import sys
 from typing import Any
 
-from app.config import ConfigError, Settings
+from app.auth.keys import settings_key_ring
+from app.compat.private_apis import refuse_new_connections_when_stopping
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
+from app.http.proxy import everyone_trusted_warning
 from app.instance import prepare_instance
-from app.keys import settings_key_ring
-from app.logging_config import ServiceGunicornLogger, logging_config
-from app.metric_files import FOLDER_VARIABLE
-from app.metrics_scrape import (
+from app.observability.logging_config import ServiceGunicornLogger, logging_config
+from app.observability.metric_files import FOLDER_VARIABLE
+from app.observability.metrics_scrape import (
     fresh_multiprocess_folder,
     merge_exited_workers,
     own_multiprocess_folder,
 )
-from app.private_apis import refuse_new_connections_when_stopping
-from app.proxy import everyone_trusted_warning
 
 try:
     settings = prepare_instance(Settings.load())
@@ -50,7 +51,7 @@ graceful_timeout = 20
 # connection, so nginx never sends a request on one that gunicorn has just closed. A
 # stopping worker keeps its kept-alive connections 2 s more (gthread), still longer.
 keepalive = 65
-# The service writes its own request log (app/request_log.py): gunicorn's is off.
+# The service writes its own request log (app/http/request_log.py): gunicorn's is off.
 accesslog = None
 errorlog = "-"
 loglevel = settings.log_level.lower()
@@ -58,7 +59,7 @@ loglevel = settings.log_level.lower()
 logconfig_dict = logging_config(settings.log_format, settings.log_level)
 # gunicorn's logger, but for the access lines it would otherwise build for nothing
 logger_class = ServiceGunicornLogger
-# X-Forwarded-* are trusted by the app alone, from the TRUSTED_PROXIES (app/proxy.py);
+# X-Forwarded-* are trusted by the app alone, from the TRUSTED_PROXIES (app/http/proxy.py);
 # gunicorn would otherwise believe X-Forwarded-Proto from any loopback client.
 forwarded_allow_ips = ""
 # gunicorn's control socket is one fixed path per user; several instances would clash.
@@ -90,7 +91,7 @@ def on_exit(server):
 
 # A stopping worker (TERM: gunicorn stopping, or the old workers of a HUP) refuses new
 # connections at once, once it has taken what already waits in the listen queue; see
-# app/private_apis.py and docs/deployment.md, "Reloads and restarts".
+# app/compat/private_apis.py and docs/deployment.md, "Reloads and restarts".
 def post_worker_init(worker: Any) -> None:
     refuse_new_connections_when_stopping(worker)
 

@@ -3,7 +3,7 @@
 import sys
 
 from app import create_app
-from app.config import ConfigError
+from app.config.parsers import ConfigError
 
 try:
     app = create_app()

@@ -14,19 +14,19 @@ from typing import Any
 
 from flask import Flask
 
+from app.auth.keys import init_keys
+from app.auth.users import init_user_directory
+from app.backends import init_store
 from app.cli import register_commands
-from app.config import MAX_BODY_BYTES, Settings
-from app.errors import register_error_handlers
+from app.config.settings import MAX_BODY_BYTES, Settings
+from app.http.errors import register_error_handlers
+from app.http.proxy import wrap_forwarded_headers
+from app.http.request_log import RequestLog
+from app.http.security_headers import init_security_headers
 from app.instance import prepare_instance
-from app.keys import init_keys
-from app.metrics import init_metrics, metrics_of
-from app.proxy import wrap_forwarded_headers
-from app.rate_limit import init_rate_limit
-from app.request_log import RequestLog
-from app.security_headers import init_security_headers
-from app.store import init_store
-from app.third_party_login import init_third_party_login
-from app.users import init_user_directory
+from app.limits.address import init_rate_limit
+from app.observability.metrics import init_metrics, metrics_of
+from app.oidc import init_third_party_login
 from app.views import register_blueprints
 
 

@@ -17,19 +17,19 @@ import secrets
 import sqlite3
 import stat
 
-from app.config import (
+from app.auth.key_files import create_private_file, new_private_key_pem
+from app.auth.users import UsersFileError, read_users_file
+from app.config import parsers as parse
+from app.config.parsers import ConfigError
+from app.config.settings import (
     HS256,
     KEY_FILE_NAMES,
     SECRET_FILE_NAME,
     SQLITE_FILE_NAME,
-    ConfigError,
     Settings,
     SigningAlgorithm,
 )
-from app.config import parsers as parse
-from app.key_files import create_private_file, new_private_key_pem
-from app.store_url import parse_store_url, sqlite_url
-from app.users import UsersFileError, read_users_file
+from app.config.store_url import parse_store_url, sqlite_url
 
 
 def prepare_instance(settings: Settings) -> Settings:
@@ -125,7 +125,7 @@ def load_or_create_secret(instance_path: str) -> str:
     read it. Processes that start at the same moment without a master (``flask``
     commands, several servers on one folder) race here, safely: exactly one
     candidate is written into place, whole, and every process reads that one
-    (``app.key_files.create_private_file``).
+    (``app.auth.key_files.create_private_file``).
     """
     path = os.path.join(instance_path, SECRET_FILE_NAME)
     try:

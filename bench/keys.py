@@ -26,8 +26,9 @@ import jwt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.keys import create_private_file, load_key_ring, new_private_key_pem
-from app.tokens import (
+from app.auth.key_files import create_private_file, new_private_key_pem
+from app.auth.keys import load_key_ring
+from app.auth.tokens import (
     ACCESS_TOKEN_CLAIMS,
     VERIFIED_TOKEN_CACHE_SIZE,
     issue_access_token,

@@ -97,7 +97,7 @@ def postgres_stores(_folder: Path) -> Iterator[Stores]:
 
 def postgres_missing() -> str | None:
     """Return why the PostgreSQL row cannot run here, or None."""
-    from app.store_url import parse_store_url
+    from app.config.store_url import parse_store_url
 
     try:
         parse_store_url("postgresql://bench@127.0.0.1:5432/postgres")

@@ -41,8 +41,8 @@ def prefill(path: Path, count: int, batch: int = 50_000) -> float:
     The store's own schema and digest function; rows go in by batches, sorted within
     each, in one transaction. Return the seconds it took.
     """
-    from app.store.base import token_digest
-    from app.store.sqlite_tables import SCHEMA
+    from app.backends.sqlite.tables import SCHEMA
+    from app.backends.token_store import token_digest
 
     started = time.monotonic()
     salt = os.urandom(16).hex()
@@ -90,7 +90,7 @@ class StoreScale:
 
 def run(args: argparse.Namespace) -> tuple[int, str]:
     """Run both scale checks; return the exit status and the Markdown report."""
-    from app.config import SQLITE_FILE_NAME
+    from app.config.settings import SQLITE_FILE_NAME
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as temporary:
         folder = Path(temporary)
@@ -172,7 +172,7 @@ def prefill_redis(url: str, count: int, batch: int = 20_000) -> float:
     Lua script per batch, bench/lua/prefill_redis.lua); return the seconds it took."""
     import redis
 
-    from app.store.redis import DIGESTS_KEY, TOKEN_KEY_PREFIX, USER_KEY_PREFIX
+    from app.backends.redis.store import DIGESTS_KEY, TOKEN_KEY_PREFIX, USER_KEY_PREFIX
 
     started = time.monotonic()
     source = (Path(__file__).parent / "lua" / "prefill_redis.lua").read_text()

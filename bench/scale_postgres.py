@@ -31,8 +31,8 @@ def prefill(url: str, count: int, batch: int = 100_000) -> float:
     """Put ``count`` refresh tokens in the store's table (made by the store); return seconds."""
     import psycopg
 
-    from app.store import open_store
-    from app.store.base import token_digest
+    from app.backends import open_store
+    from app.backends.token_store import token_digest
 
     open_store(url, timeout=30).ping()  # the schema, as the service makes it
     started = time.monotonic()

@@ -12,7 +12,7 @@ Rows:
 - ``GET /healthz``: the whole WSGI call without the nosniff header, with it added by the
   security-headers middleware (what the service does), and with it added by an
   ``after_request`` function instead.
-- ``argon2id verify``: one password check of USERS_FILE (``app.users.HASHER``).
+- ``argon2id verify``: one password check of USERS_FILE (``app.auth.users.HASHER``).
 
 Each figure is the process's CPU time per call, the best of ``--rounds`` rounds (the
 least disturbed by other work), the variants of a row's group taking turns round by
@@ -40,9 +40,10 @@ from flask import Flask
 from werkzeug.test import EnvironBuilder
 
 from app import create_app
-from app.rate_limit import RateLimiter, open_storage
-from app.security_headers import SECURITY_HEADERS, SecurityHeaders
-from app.users import HASHER
+from app.auth.users import HASHER
+from app.backends.counters_storage import open_storage
+from app.http.security_headers import SECURITY_HEADERS, SecurityHeaders
+from app.limits.address import RateLimiter
 
 CALLS = 2000
 COUNTED, EXEMPT = "203.0.113.7", "127.0.0.1"

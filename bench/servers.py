@@ -215,7 +215,7 @@ def service_environment(instance_path: Path) -> dict[str, str]:
 
 def service_secret(instance_path: Path) -> str:
     """Return the signing secret the service generated in its instance folder."""
-    from app.config import SECRET_FILE_NAME
+    from app.config.settings import SECRET_FILE_NAME
 
     return (instance_path / SECRET_FILE_NAME).read_text().strip()
 

@@ -1,8 +1,8 @@
 """An import-linter contract: no import cycle between any two modules of a package.
 
 import-linter's own ``acyclic_siblings`` looks at siblings with their descendants
-squashed, so a package and one of its own modules (``app.rate_limit`` and
-``app.rate_limit.sqlite``) may still import each other. This one looks at every
+squashed, so a package and one of its own modules (``app.limits.address`` and
+``app.backends.sqlite.counters``) may still import each other. This one looks at every
 module, and, like every import-linter contract, at the imports inside functions too.
 """
 

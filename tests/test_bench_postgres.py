@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.store import open_store
+from app.backends import open_store
 from bench import scale_postgres
 
 pytestmark = pytest.mark.postgres

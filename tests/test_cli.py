@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.store import token_digest
+from app.backends.token_store import token_digest
 from tests.conftest import ROOT, login
 
 LISTED_LINE = re.compile(r"([0-9a-f]{12})  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")

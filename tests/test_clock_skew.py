@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from app import tokens
+from app.auth import tokens
 from tests.conftest import bearer, make_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")

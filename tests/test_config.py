@@ -14,12 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import app.config
+import app.config.settings
 from app import create_app
-from app.config import ConfigError, Settings
+from app.auth.keys import settings_key_ring
 from app.config.names import edits
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
 from app.instance import load_or_create_secret, prepare_instance
-from app.keys import settings_key_ring
 from tests.conftest import ROOT, free_port, login
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.metric_files import RESERVED_BYTES, reserve_metric_files
-from app.rate_limit import SQLITE_FILE_NAME
-from app.tokens import issue_cookie_token
-from app.users import HASHER
+from app.auth.tokens import issue_cookie_token
+from app.auth.users import HASHER
+from app.backends.counters import SQLITE_FILE_NAME
+from app.observability.metric_files import RESERVED_BYTES, reserve_metric_files
 from tests.conftest import IN_CI, bearer, fresh, wait_until
 
 pytestmark = [pytest.mark.disk, pytest.mark.store("sqlite")]
@@ -327,7 +327,7 @@ def test_the_login_failure_limit_fails_closed_on_a_full_disk(small_disk, disk_ap
     response = client.post("/login", json=login)  # the right password, and refused
     assert response.status_code == 503
     assert response.get_json() == {"message": "login is unavailable, try again shortly"}
-    (message,) = [r.getMessage() for r in caplog.records if r.name.startswith("app.rate_limit")]
+    (message,) = [r.getMessage() for r in caplog.records if r.name.startswith("app.limits.address")]
     assert message.startswith("logins refused (503), the login failure limit's storage failed")
     assert FULL in message
     small_disk.free()

@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from app.config import ConfigError, Settings
-from app.store import StoreUnavailableError
-from app.store.sqlite import SQLiteTokenStore
+from app.backends.sqlite.store import SQLiteTokenStore
+from app.backends.token_store import StoreUnavailableError
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
 from tests.conftest import login
 
 LEVELS = {"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}
@@ -103,7 +104,7 @@ def test_a_failed_revoke_leaves_the_connection_at_normal(store_factory, monkeypa
     def broken(*args):
         raise __import__("sqlite3").OperationalError("disk I/O error")
 
-    monkeypatch.setattr("app.store.sqlite.token_digest", broken)
+    monkeypatch.setattr("app.backends.sqlite.store.token_digest", broken)
     with pytest.raises(StoreUnavailableError, match="disk I/O error"):
         store.revoke("t1")
     monkeypatch.undo()

@@ -7,7 +7,7 @@ import io
 import pytest
 from flask import Flask
 
-from app.config import MAX_BODY_BYTES
+from app.config.settings import MAX_BODY_BYTES
 from tests.conftest import bearer, login
 
 

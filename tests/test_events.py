@@ -7,9 +7,9 @@ import ast
 import json
 from pathlib import Path
 
+from app.auth.users import HASHER
 from app.events import AUTH_FAILURE_REASONS, LIMIT_REASONS, Event, Reason
-from app.metrics import TOKEN_EVENT_OF, TOKEN_EVENTS, Metrics
-from app.users import HASHER
+from app.observability.metrics import TOKEN_EVENT_OF, TOKEN_EVENTS, Metrics
 from tests.conftest import ROOT, bearer, login
 from tests.test_metrics import parse
 
@@ -54,10 +54,10 @@ def test_no_module_spells_a_reason_or_an_event_itself():
 #: Strings that equal a name of app/events.py but name something else.
 HOMONYMS = {
     ("app/cli/tokens.py", "revoke"),  # a command
-    ("app/metrics.py", "rate_limited"),  # a slot
+    ("app/observability/metrics.py", "rate_limited"),  # a slot
     ("app/views/auth.py", "login"),  # the rate limit's endpoint
     ("app/views/auth.py", "revoke"),  # the rate limit's endpoint
-    ("app/store/redis.py", "login"),  # a Lua script's name
+    ("app/backends/redis/store.py", "login"),  # a Lua script's name
 }
 
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import tokens
-from app.keys import EXTENSION_KEY as KEY_RING
-from app.tokens import issue_cookie_token
+from app.auth import tokens
+from app.auth.keys import EXTENSION_KEY as KEY_RING
+from app.auth.tokens import issue_cookie_token
 from app.views.gateway import cookie_identity, header_text
 from tests.conftest import bearer, login, make_token, valid_claims
 from tests.test_openapi import assert_documented, document_of
@@ -177,7 +177,7 @@ def test_the_check_reads_no_body_and_no_store(client, monkeypatch):
     def no_store():
         raise AssertionError("the store was reached")
 
-    monkeypatch.setattr("app.security.get_store", no_store)
+    monkeypatch.setattr("app.http.guards.get_store", no_store)
     response = client.get(
         "/auth/check",
         headers={**bearer(token), "Content-Length": "5", "Content-Type": "application/json"},

@@ -18,7 +18,8 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
-from app.keys import create_private_file, load_key_ring, new_private_key_pem
+from app.auth.key_files import create_private_file, new_private_key_pem
+from app.auth.keys import load_key_ring
 from tests.conftest import ROOT, Gunicorn, fresh, require_tool, stop_process, unsigned_token, which
 from tests.test_readme import marked_block
 

@@ -25,8 +25,8 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.keys import load_key_ring
-from app.tokens import issue_cookie_token
+from app.auth.keys import load_key_ring
+from app.auth.tokens import issue_cookie_token
 from tests.conftest import ROOT, Gunicorn, free_port, fresh, require_tool, stop_process, wait_until
 from tests.test_nginx import nginx_binary, site_config
 

@@ -19,7 +19,7 @@ import jwt
 import pytest
 import requests
 
-from app.metrics_scrape import MULTIPROCESS_FOLDER
+from app.observability.metrics_scrape import MULTIPROCESS_FOLDER
 from tests.conftest import ROOT, free_port, fresh, stop_process, wait_until
 
 pytestmark = pytest.mark.gunicorn

@@ -11,9 +11,9 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.config import MAX_BODY_BYTES
-from app.errors import error_summary
-from app.request_body import MAX_JSON_DEPTH, _nested_too_deep
+from app.config.settings import MAX_BODY_BYTES
+from app.http.errors import error_summary
+from app.http.request_body import MAX_JSON_DEPTH, _nested_too_deep
 from tests.conftest import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")  # bodies are read before any store is involved

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flask import jsonify
 
-from app.responses import json_response
+from app.http.responses import json_response
 
 CLAIMS = {"username": "alice", "role": "user", "iat": 1_700_000_000, "exp": 1_700_000_060}
 

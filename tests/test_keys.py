@@ -23,22 +23,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import create_app
-from app.config import ConfigError
-from app.instance import load_or_create_key_file
-from app.key_files import secret_kid, thumbprint
-from app.keys import EXTENSION_KEY as KEY_RING
-from app.keys import (
-    create_private_file,
-    load_key_ring,
-    new_private_key_pem,
-    settings_key_ring,
-)
-from app.tokens import (
+from app.auth.key_files import create_private_file, new_private_key_pem, secret_kid, thumbprint
+from app.auth.keys import EXTENSION_KEY as KEY_RING
+from app.auth.keys import load_key_ring, settings_key_ring
+from app.auth.tokens import (
     InvalidTokenError,
     issue_access_token,
     issue_cookie_token,
     verify_access_token,
 )
+from app.config.parsers import ConfigError
+from app.instance import load_or_create_key_file
 from tests.conftest import (
     P256_ORDER,
     ROOT,
@@ -627,7 +622,7 @@ def test_an_unreadable_key_file_refuses_to_start(tmp_path, monkeypatch):
     def denied(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr("app.key_files.open", denied, raising=False)  # root may read anything
+    monkeypatch.setattr("app.auth.key_files.open", denied, raising=False)  # root may read anything
     with pytest.raises(ConfigError, match=f"SIGNING_KEY_FILE {key_file} cannot be read: Perm"):
         load_settings({"SIGNING_ALGORITHM": "EdDSA", "SIGNING_KEY_FILE": str(key_file)})
 

@@ -9,8 +9,8 @@ import time
 import jwt
 import pytest
 
-from app.config import ConfigError
-from app.tokens import REFRESH_TOKEN_LENGTH
+from app.auth.tokens import REFRESH_TOKEN_LENGTH
+from app.config.parsers import ConfigError
 from tests.conftest import bearer, login, stored_contents
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")

@@ -16,9 +16,10 @@ from argon2 import PasswordHasher
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.config import DEFAULT_LOGIN_FAILURE_LIMIT, ConfigError, Settings
-from app.rate_limit import SQLITE_FILE_NAME
-from app.users import HASHER
+from app.auth.users import HASHER
+from app.backends.counters import SQLITE_FILE_NAME
+from app.config.parsers import ConfigError
+from app.config.settings import DEFAULT_LOGIN_FAILURE_LIMIT, Settings
 from app.views.auth import LOGIN_LIMITED_MESSAGE
 from tests.conftest import fresh
 from tests.test_openapi import assert_documented, document_of
@@ -393,7 +394,7 @@ def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
         assert response.get_json() == {"message": "login is unavailable, try again shortly"}
         assert response.headers["Retry-After"] == "1"
     assert spy.verified == 0
-    messages = [r.getMessage() for r in caplog.records if r.name.startswith("app.rate_limit")]
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("app.limits.address")]
     assert len(messages) == 1
     assert messages[0].startswith("logins refused (503), the login failure limit's storage")
     metrics = client.get("/metrics").get_data(as_text=True)

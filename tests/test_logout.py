@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import tokens
-from app.keys import EXTENSION_KEY as KEY_RING
-from app.store import token_digest
-from app.third_party_login.cross_site import origin_of
-from app.tokens import issue_access_token, issue_cookie_token, logout_digest
+from app.auth import tokens
+from app.auth.keys import EXTENSION_KEY as KEY_RING
+from app.auth.tokens import issue_access_token, issue_cookie_token, logout_digest
+from app.backends.token_store import token_digest
+from app.oidc.cross_site import origin_of
 from tests.conftest import bearer, ecdsa_twin, free_port, make_token
 from tests.test_store import Clock
 

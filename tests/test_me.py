@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from app.tokens import issue_cookie_token
+from app.auth.tokens import issue_cookie_token
 from tests.conftest import bearer, login, make_token, unsigned_token
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")

@@ -28,10 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 from werkzeug.exceptions import TooManyRequests
 
-from app import metrics_scrape
-from app.metric_files import KINDS, RESERVED_BYTES, scrape_lock, worker_files
-from app.metrics import FLUSH_SECONDS, RuleInEnvironRequest, metrics_of
-from app.metrics_scrape import (
+from app.observability import metrics_scrape
+from app.observability.metric_files import KINDS, RESERVED_BYTES, scrape_lock, worker_files
+from app.observability.metrics import FLUSH_SECONDS, RuleInEnvironRequest, metrics_of
+from app.observability.metrics_scrape import (
     CONTENT_TYPE,
     OWNER_FILE,
     fresh_multiprocess_folder,
@@ -232,7 +232,7 @@ def test_requests_refused_by_a_rate_limit_are_counted(app):
 def test_importing_the_app_leaves_prometheus_client_unimported():
     # prometheus_client picks its multiprocess mode when first imported: gunicorn's master
     # imports the app package (for the settings) before it sets PROMETHEUS_MULTIPROC_DIR
-    modules = "app.config, app.metrics, app.metrics_scrape"
+    modules = "app.config.settings, app.observability.metrics, app.observability.metrics_scrape"
     code = f"import sys, {modules}; print('prometheus_client' in sys.modules)"
     env = {"PATH": os.environ["PATH"], "INSTANCE_PATH": os.environ["INSTANCE_PATH"]}
     result = subprocess.run(
@@ -592,8 +592,8 @@ def test_a_scrape_waits_for_a_merge_under_way(tmp_path):
     """A worker's scrape takes the folder's shared lock: while the master merges, it waits."""
     script = (
         "import threading\n"
-        "from app.metric_files import merge_lock\n"
-        "from app.metrics import Metrics\n"
+        "from app.observability.metric_files import merge_lock\n"
+        "from app.observability.metrics import Metrics\n"
         "metrics = Metrics()\n"
         "assert metrics.multiprocess\n"
         "done = threading.Event()\n"
@@ -732,7 +732,8 @@ def test_an_empty_metrics_allow_answers_nobody(make_app):
 
 @pytest.mark.parametrize("value", ["10.0.0.0/33", "localhost", "10.0.0.1/8"])
 def test_a_bad_metrics_allow_refuses_to_start(tmp_path, value):
-    from app.config import ConfigError, Settings
+    from app.config.parsers import ConfigError
+    from app.config.settings import Settings
 
     with pytest.raises(ConfigError, match="METRICS_ALLOW must be comma-separated"):
         Settings.load({"METRICS_ALLOW": value, "INSTANCE_PATH": str(tmp_path)})

@@ -10,8 +10,9 @@ import sys
 import pytest
 from flask.sessions import SecureCookieSessionInterface
 
-from app.config import ConfigError, Settings
-from app.third_party_login.login_state import LOGIN_STATE_COOKIE, LoginStateSessionInterface
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
+from app.oidc.login_state import LOGIN_STATE_COOKIE, LoginStateSessionInterface
 from tests.conftest import ROOT
 
 PROVIDER = {
@@ -127,10 +128,10 @@ def test_the_login_modules_never_import_their_own_package():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                assert node.module != "app.third_party_login", path.name
+                assert node.module != "app.oidc", path.name
             elif isinstance(node, ast.Import):
                 names = {alias.name for alias in node.names}
-                assert "app.third_party_login" not in names, path.name
+                assert "app.oidc" not in names, path.name
 
 
 @pytest.mark.parametrize("providers", [{}, PROVIDER], ids=["no provider", "another provider"])

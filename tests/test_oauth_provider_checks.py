@@ -10,8 +10,8 @@ import pytest
 import requests
 from flask.testing import FlaskClient
 
-from app.third_party_login import provider as login_provider
-from app.third_party_login.flow import MAX_USER_FIELD_LENGTH
+from app.oidc import provider as login_provider
+from app.oidc.flow import MAX_USER_FIELD_LENGTH
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 
 

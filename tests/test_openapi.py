@@ -22,19 +22,15 @@ from flask.testing import FlaskClient
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
-import app.openapi
-from app.config import ALGORITHMS, MAX_BODY_BYTES, PROVIDER_NAME
-from app.keys import EXTENSION_KEY as KEY_RING
-from app.keys import load_key_ring
-from app.openapi import OPTION_OFF, UNKNOWN_VERSION, merge_patch, service_version
-from app.request_body import DECIMAL, MAX_FORM_FIELDS
-from app.tokens import (
-    MAX_USERNAME_LENGTH,
-    REFRESH_TOKEN_LENGTH,
-    ROLES,
-    USERNAME_PATTERN,
-    issue_cookie_token,
-)
+import app.openapi.document
+from app.auth.keys import EXTENSION_KEY as KEY_RING
+from app.auth.keys import load_key_ring
+from app.auth.tokens import REFRESH_TOKEN_LENGTH, ROLES, issue_cookie_token
+from app.config.parsers import PROVIDER_NAME
+from app.config.settings import ALGORITHMS, MAX_BODY_BYTES
+from app.config.usernames import MAX_USERNAME_LENGTH, USERNAME_PATTERN
+from app.http.request_body import DECIMAL, MAX_FORM_FIELDS
+from app.openapi.document import OPTION_OFF, UNKNOWN_VERSION, merge_patch, service_version
 from tests.conftest import ROOT, bearer, fresh, login
 from tests.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 
@@ -171,7 +167,7 @@ def test_the_version_without_a_checkout_or_metadata_is_unknown(tmp_path, monkeyp
 
 
 def file_document() -> dict[str, Any]:
-    """Return app/openapi.json, refusing a member named twice (JSON parsers keep the last)."""
+    """Return the API document's file, refusing a member named twice (JSON parsers keep the last)."""
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         names = [name for name, _ in pairs]
@@ -220,7 +216,7 @@ def test_the_file_s_limits_and_patterns_are_the_code_s():
     assert guests["pattern"] == f"^{DECIMAL.pattern}$"
     for name in ["LoginForm", "RefreshForm", "ReservationForm"]:
         assert schemas[name]["maxProperties"] == MAX_FORM_FIELDS
-    for path in app.openapi.PROVIDER_PATHS:
+    for path in app.openapi.document.PROVIDER_PATHS:
         parameter = document["paths"][path]["get"]["parameters"][0]
         assert parameter["name"] == "provider"
         assert parameter["schema"]["pattern"] == f"^{PROVIDER_NAME.pattern}$"
@@ -300,7 +296,7 @@ def test_the_provider_parameter_names_the_configured_providers(make_app):
         }
     configured = document_of(make_app(**providers).test_client())
     unconfigured = document_of(make_app().test_client())
-    for path in app.openapi.PROVIDER_PATHS:
+    for path in app.openapi.document.PROVIDER_PATHS:
         for method in ["get", "head"]:
             (parameter, *_) = configured["paths"][path][method]["parameters"]
             assert parameter["description"].endswith(" Configured: corp, other.")
@@ -336,13 +332,13 @@ def test_the_text_is_true_for_every_signing_algorithm(make_app, algorithm):
 
 def test_document_is_json_and_built_once_per_app(make_app, monkeypatch):
     builds = []  # the cookie name of each app the document was built for
-    build = app.openapi.openapi_document
+    build = app.openapi.document.openapi_document
 
     def counted(service: Flask) -> dict[str, Any]:
         builds.append(service.config["SETTINGS"].auth_cookie_name)
         return build(service)
 
-    monkeypatch.setattr(app.openapi, "openapi_document", counted)
+    monkeypatch.setattr(app.openapi.document, "openapi_document", counted)
     first_app, second_app = make_app(), make_app(AUTH_COOKIE_NAME="other")
     first = first_app.test_client().get("/openapi.json")
     again = first_app.test_client().get("/openapi.json")

@@ -102,7 +102,7 @@ def test_every_data_file_of_the_package_is_declared_so_that_the_wheel_ships_it()
         if path.is_file() and path.suffix not in {".py", ".pyc"}
     ]
     assert any(path.suffix == ".lua" for path in data)  # the Redis scripts
-    assert Path("app/openapi.json") in data  # the API document
+    assert Path("app/openapi/openapi.json") in data  # the API document
     missing = [
         str(path)
         for path in data

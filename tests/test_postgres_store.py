@@ -16,20 +16,21 @@ import psycopg
 import pytest
 
 from app import create_app
-from app.config import ConfigError
-from app.postgres_process import handing_over
-from app.store import (
+from app.auth.tokens import new_refresh_token
+from app.backends import open_store
+from app.backends.postgres.process import handing_over
+from app.backends.postgres.schema import SCHEMA_VERSION, read_sql
+from app.backends.token_store import (
+    RETIRED_GENERATIONS_KEPT,
     Outcome,
     RefreshTokenPolicy,
     Revocation,
     StoreUnavailableError,
-    open_store,
+    lineage_digest,
     successor_of,
     token_digest,
 )
-from app.store.base import RETIRED_GENERATIONS_KEPT, lineage_digest
-from app.store.postgres_schema import SCHEMA_VERSION, read_sql
-from app.tokens import new_refresh_token
+from app.config.parsers import ConfigError
 from tests.conftest import free_port, require_tool, wait_until
 from tests.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
 from tests.test_store import OPERATIONS

@@ -1,4 +1,4 @@
-"""Every assumption app/private_apis.py makes about a library, checked on the installed one.
+"""Every assumption app/compat/private_apis.py makes about a library, checked on the installed one.
 
 An upgrade that breaks a reach fails here: then check the new version's internals,
 adapt the reach (or drop it), and update ``CHECKED_VERSIONS``.
@@ -23,8 +23,8 @@ from gunicorn.workers.gthread import ThreadWorker
 from jwt.algorithms import HMACAlgorithm, get_default_algorithms
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app import private_apis
-from app.private_apis import (
+from app.compat import private_apis
+from app.compat.private_apis import (
     CHECKED_VERSIONS,
     CheckedSecret,
     compact_jws,
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.store("sqlite")  # no store is involved
 def test_the_installed_version_is_the_one_checked(distribution):
     installed = ".".join(version(distribution).split(".")[:2])
     assert installed == CHECKED_VERSIONS[distribution], (
-        f"{distribution} {installed}: check app/private_apis.py against it, then"
+        f"{distribution} {installed}: check app/compat/private_apis.py against it, then"
         " update CHECKED_VERSIONS"
     )
 
@@ -150,7 +150,7 @@ def test_only_the_newest_pending_logins_are_kept():
 def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
     """Its value class is read when a metric is made: switched, no file is written."""
     script = (
-        "from app.private_apis import count_in_process_memory\n"
+        "from app.compat.private_apis import count_in_process_memory\n"
         "import prometheus_client\n"
         "from prometheus_client import values\n"
         "assert values.ValueClass is not values.MutexValue, 'files not in use'\n"

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.tokens import role_for
-from app.users import HASHER
+from app.auth.tokens import role_for
+from app.auth.users import HASHER
 from tests.conftest import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")  # the properties do not depend on the store

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import tokens
+from app.auth import tokens
 from tests.conftest import ServiceKey, bearer, login, make_token, unsigned_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
@@ -423,7 +423,7 @@ def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
     ],
 )
 def test_bearer_token_follows_rfc_6750(app, value, token):
-    from app.security import bearer_token
+    from app.http.guards import bearer_token
 
     with app.test_request_context(headers={"Authorization": value}):
         assert bearer_token() == token
@@ -437,7 +437,7 @@ B64TOKEN_ALPHABET = string.ascii_letters + string.digits + "-._~+/"
 )  # the app is only read
 @given(token=st.text(alphabet=B64TOKEN_ALPHABET + "= ,\t\n\u0117\u0661\uff21", max_size=12))
 def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(app, token):
-    from app.security import bearer_token
+    from app.http.guards import bearer_token
 
     # 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=", spelled out plainly
     body = token.rstrip("=")
@@ -448,7 +448,7 @@ def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(app, token):
 
 
 def test_no_authorization_header_is_no_bearer_token(app):
-    from app.security import bearer_token
+    from app.http.guards import bearer_token
 
     with app.test_request_context():
         assert bearer_token() is None

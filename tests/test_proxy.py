@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.config import ConfigError, Settings
-from app.proxy import (
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
+from app.http.proxy import (
     FORWARDED_KEY,
     TrustedProxies,
     UntrustedForwarding,
@@ -202,7 +203,7 @@ def test_the_login_redirect_uri_takes_a_prefix_only_when_told_to(
 
 
 def proxy_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "app.proxy"]
+    return [r.getMessage() for r in caplog.records if r.name == "app.http.proxy"]
 
 
 def test_a_local_proxy_that_is_not_trusted_is_warned_of_once_per_process(make_app, caplog):

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 
-import app.rate_limit
-from app.config import DEFAULT_RATE_LIMIT_AUTH, ConfigError, Settings
-from app.rate_limit import SQLITE_FILE_NAME
+import app.limits.address
+from app.backends.counters import SQLITE_FILE_NAME
+from app.config.parsers import ConfigError
+from app.config.settings import DEFAULT_RATE_LIMIT_AUTH, Settings
 from tests.conftest import ROOT, fresh, login
 from tests.test_openapi import assert_documented, document_of
 
@@ -347,7 +348,7 @@ def counted_failures(client) -> list[None]:
 
 
 def limiter_messages(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "app.rate_limit"]
+    return [r.getMessage() for r in caplog.records if r.name == "app.limits.address"]
 
 
 @pytest.mark.store("sqlite")
@@ -368,7 +369,7 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
         f"{instance_path / SQLITE_FILE_NAME}: OperationalError: unable to open database file"
     )
     # the storage is back: after one second without tries, the limits hold again
-    monkeypatch.setattr(app.rate_limit, "RETRY_AFTER_FAILURE", 0.0)
+    monkeypatch.setattr(app.limits.address, "RETRY_AFTER_FAILURE", 0.0)
     (instance_path / SQLITE_FILE_NAME).rmdir()
     client.application.extensions["rate_limiter"]._unchecked_until = 0.0
     assert log_in(client).status_code == 200

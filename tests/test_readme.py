@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.config import ConfigError, Settings
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
 from app.instance import prepare_instance
 from tests.conftest import ROOT, free_port, require_tool, stop_process, wait_until, which
 from tests.oidc_harness import node_unavailable_reason, walk_login

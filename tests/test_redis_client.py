@@ -1,4 +1,4 @@
-"""app/store_url.py and app/redis_client.py: one URL parser, one Redis set-up for every user."""
+"""The store URL's parser and the Redis client: one of each for every user."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import socket
 
 import pytest
 
-from app.rate_limit.counters import CountersUnavailableError
-from app.rate_limit.redis import RedisCounters
-from app.redis_client import ProcessClient, read_lua, redis_location
-from app.store import StoreUnavailableError
-from app.store.redis import RedisTokenStore
-from app.store_url import parse_store_url, sqlite_url
+from app.backends.counters import CountersUnavailableError
+from app.backends.redis.client import ProcessClient, read_lua, redis_location
+from app.backends.redis.counters import RedisCounters
+from app.backends.redis.store import RedisTokenStore
+from app.backends.token_store import StoreUnavailableError
+from app.config.store_url import parse_store_url, sqlite_url
 
 
 @pytest.mark.parametrize(
@@ -86,5 +86,5 @@ def test_the_client_is_made_once_per_process_with_the_timeouts_and_no_retry():
 
 
 def test_the_lua_scripts_are_read_from_the_package():
-    assert "local function forget(digest)" in read_lua("app.store", "forget.lua")
-    assert read_lua("app.rate_limit", "hit.lua").startswith("-- KEYS: one counter per limit")
+    assert "local function forget(digest)" in read_lua("forget.lua")
+    assert read_lua("hit.lua").startswith("-- KEYS: one counter per limit")

@@ -12,16 +12,16 @@ from redis import exceptions
 from redis.connection import AbstractConnection
 
 from app import create_app
-from app.config import ConfigError
-from app.store import (
+from app.auth.tokens import new_refresh_token
+from app.backends import open_store
+from app.backends.redis.store import RedisTokenStore
+from app.backends.token_store import (
     Outcome,
     RefreshTokenPolicy,
     StoreUnavailableError,
-    open_store,
     token_digest,
 )
-from app.store.redis import RedisTokenStore
-from app.tokens import new_refresh_token
+from app.config.parsers import ConfigError
 from tests.conftest import free_port, require_tool, wait_until, which
 from tests.test_store import OPERATIONS
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.usernames import UNSAFE_USERNAME_CHARACTERS
+from app.config.usernames import UNSAFE_USERNAME_CHARACTERS
 from tests.conftest import login
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.store import token_digest
+from app.backends.token_store import token_digest
 from tests.conftest import login
 from tests.test_rotation import assert_unauthorized, refresh, rotated
 from tests.test_store import Clock

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Response
 
-from app.errors import FORBIDDEN_BODY, forbidden_response
+from app.http.errors import FORBIDDEN_BODY, forbidden_response
 from tests.conftest import bearer, login
 
 

@@ -10,7 +10,7 @@ from werkzeug.sansio.utils import get_content_length
 from werkzeug.test import EnvironBuilder
 from werkzeug.wrappers import Request
 
-from app.request_body import MAX_FORM_FIELDS, PLAIN_TYPES, _content_length, _form_fields
+from app.http.request_body import MAX_FORM_FIELDS, PLAIN_TYPES, _content_length, _form_fields
 from tests.conftest import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved

@@ -17,8 +17,8 @@ from gunicorn.glogging import Logger as GunicornLogger
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.logging_config import ServiceGunicornLogger
-from app.request_log import MAX_REQUEST_ID_LENGTH
+from app.http.request_log import MAX_REQUEST_ID_LENGTH
+from app.observability.logging_config import ServiceGunicornLogger
 from tests.conftest import ROOT, bearer, fresh, login, make_token, valid_claims
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -80,7 +80,7 @@ def test_user_is_the_authenticated_one_and_null_without_one(client, capfd):
 
 
 def test_user_is_the_cookie_user_on_api_v1_me(client, capfd, signing_key):
-    from app.tokens import issue_cookie_token
+    from app.auth.tokens import issue_cookie_token
 
     cookie = issue_cookie_token(
         {"source": "corp", "id": "u-42", "shownName": "A"}, signing_key.ring, 60
@@ -211,8 +211,8 @@ def parse_text_line(line: str) -> dict:
 
 def log_of(settings: dict[str, str], environ: dict, user: str | None = None) -> bytes:
     """Return what the service's middleware (proxy headers, request log) writes for one request."""
-    from app.proxy import wrap_forwarded_headers
-    from app.request_log import NOTES_KEY, RequestLog
+    from app.http.proxy import wrap_forwarded_headers
+    from app.http.request_log import NOTES_KEY, RequestLog
 
     def view(environ: dict, start_response) -> list[bytes]:
         if user is not None:
@@ -280,7 +280,7 @@ def test_a_client_address_that_is_no_word_is_quoted_in_the_text_line():
     ],
 )
 def test_text_words_are_bare_when_plain_and_quoted_with_every_unprintable_escaped(value, shown):
-    from app.request_log import word
+    from app.observability.logging_config import word
 
     assert word(value) == shown
     assert read_word(shown, 0) == (value if value != "-" else "-", len(shown))
@@ -302,8 +302,8 @@ PATH_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)
 def test_any_header_path_or_user_is_one_line_that_parses_back(
     forwarded, path, user, request_id, trusted
 ):
-    from app.proxy import parse_address
-    from app.redaction import redacted_path
+    from app.http.proxy import parse_address
+    from app.observability.redaction import redacted_path
 
     path = "/" + path
     environ = {
@@ -450,7 +450,7 @@ def test_revoke_path_is_redacted_however_spelled(client, capfd, spelling):
 def test_no_credential_in_any_line_across_every_endpoint(
     client, capfd, signing_secret, signing_key
 ):
-    from app.tokens import issue_cookie_token
+    from app.auth.tokens import issue_cookie_token
 
     secrets_seen = {PASSWORD, signing_secret}
     tokens = login(client, "alice", headers={"X-Request-ID": "x"})

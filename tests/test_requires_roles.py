@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flask import g, jsonify
 
-from app.security import requires_roles, role_allows
+from app.http.guards import requires_roles, role_allows
 from tests.conftest import bearer, login
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")

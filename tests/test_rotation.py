@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import jwt
 import pytest
 
-from app.config import SQLITE_FILE_NAME
-from app.store import open_store, token_digest
-from app.store.base import RETIRED_GENERATIONS_KEPT
+from app.backends import open_store
+from app.backends.token_store import RETIRED_GENERATIONS_KEPT, token_digest
+from app.config.settings import SQLITE_FILE_NAME
 from tests.conftest import fresh, login
 from tests.test_store import Clock
 

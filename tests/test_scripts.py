@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from app.keys import load_key_ring
-from app.tokens import issue_cookie_token
+from app.auth.keys import load_key_ring
+from app.auth.tokens import issue_cookie_token
 from tests.conftest import ROOT, free_port, require_tool, which
 
 # The scripts check HTTP answers, the same on every store: one backend is enough.

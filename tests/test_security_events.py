@@ -9,7 +9,7 @@ import re
 import pytest
 from flask import Flask, redirect
 
-from app.logging_config import JsonFormatter, TextFormatter
+from app.observability.logging_config import JsonFormatter, TextFormatter
 from tests.conftest import bearer, fresh, login
 
 TOKEN = "C2NdWrW9MdQ6ksKauArabZPBsTCUyExCV07XsHmBis"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from app.security_headers import SECURITY_HEADERS, SecurityHeaders
+from app.http.security_headers import SECURITY_HEADERS, SecurityHeaders
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
 

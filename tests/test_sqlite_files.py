@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.sqlite_files import connect_wal, create_private_file
+from app.backends.sqlite.files import connect_wal, create_private_file
 
 pytestmark = pytest.mark.store("sqlite")
 

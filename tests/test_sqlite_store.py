@@ -11,16 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.sqlite_files import ProcessWriter, connect_wal
-from app.store import (
+from app.auth.tokens import new_refresh_token
+from app.backends import open_store
+from app.backends.sqlite.files import ProcessWriter, connect_wal
+from app.backends.sqlite.store import SQLiteTokenStore
+from app.backends.token_store import (
     Outcome,
     RefreshTokenPolicy,
     StoreUnavailableError,
-    open_store,
     token_digest,
 )
-from app.store.sqlite import SQLiteTokenStore
-from app.tokens import new_refresh_token
 
 #: The schema of the first release, as files made by it hold it.
 FIRST_SCHEMA = """

@@ -19,27 +19,26 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.config import ConfigError, Settings
-from app.store import (
+from app.auth.tokens import REFRESH_TOKEN_ALPHABET, new_refresh_token
+from app.backends import open_store
+from app.backends.postgres.store import PostgresTokenStore
+from app.backends.redis.store import TOKEN_KEY_PREFIX, RedisTokenStore
+from app.backends.sqlite.store import SQLiteTokenStore
+from app.backends.token_store import (
+    DIGEST_PREFIX_LENGTH,
+    LINEAGE_LENGTH,
+    RETIRED_GENERATIONS_KEPT,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     StoreUnavailableError,
-    open_store,
+    lineage_digest,
     successor_of,
     token_digest,
 )
-from app.store.base import (
-    DIGEST_PREFIX_LENGTH,
-    LINEAGE_LENGTH,
-    RETIRED_GENERATIONS_KEPT,
-    lineage_digest,
-)
-from app.store.postgres import PostgresTokenStore
-from app.store.redis import TOKEN_KEY_PREFIX, RedisTokenStore
-from app.store.sqlite import SQLiteTokenStore
-from app.tokens import REFRESH_TOKEN_ALPHABET, new_refresh_token
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
 from tests.conftest import free_port, stored_contents
 
 #: Usernames that a key or a column could confuse with one another, or mangle.

@@ -12,17 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import (
+from app.auth.tokens import new_refresh_token
+from app.backends import open_store, transfer
+from app.backends.token_store import (
+    RETIRED_GENERATIONS_KEPT,
     Outcome,
     RefreshTokenPolicy,
-    open_store,
     successor_of,
     token_digest,
-    transfer,
 )
-from app.store.base import RETIRED_GENERATIONS_KEPT
-from app.store.transfer import CopyRefusedError, copy_tokens
-from app.tokens import new_refresh_token
+from app.backends.transfer import CopyRefusedError, copy_tokens
 from tests.fixtures.stores import SERVER_MARKS
 
 #: Each backend read from and written to (SQLite into Redis is read and written the same way).

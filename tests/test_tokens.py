@@ -12,20 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import tokens
-from app.keys import load_key_ring
-from app.tokens import (
+from app.auth import tokens
+from app.auth.keys import load_key_ring
+from app.auth.tokens import (
     REFRESH_TOKEN_ALPHABET,
-    USERNAME_PATTERN,
     InvalidTokenError,
     issue_access_token,
     issue_cookie_token,
     new_refresh_token,
     role_for,
-    token_username_problem,
     verify_access_token,
     verify_cookie_token,
 )
+from app.config.usernames import USERNAME_PATTERN, token_username_problem
 from tests.conftest import make_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
@@ -180,7 +179,7 @@ def test_a_token_refused_for_a_moment_is_not_remembered(keys, signing_key, monke
 
 
 def test_remembered_refusals_are_bounded(keys):
-    from app.tokens import _RefusedTokens
+    from app.auth.tokens import _RefusedTokens
 
     refused = _RefusedTokens(3)
     for n in range(5):

@@ -16,8 +16,8 @@ import jwt
 import pytest
 from argon2 import PasswordHasher, extract_parameters
 
-from app.config import ConfigError
-from app.users import HASHER, UserDirectory, change_users
+from app.auth.users import HASHER, UserDirectory, change_users
+from app.config.parsers import ConfigError
 from tests.conftest import ROOT, fresh, wait_until
 from tests.test_config import load_settings
 from tests.test_openapi import assert_documented, document_of
@@ -270,7 +270,7 @@ def test_a_file_deleted_while_running_refuses_every_login_and_says_so_once(
     for _ in range(3):
         clock.now += 1
         assert log_in(client).status_code == 401
-    assert [r.getMessage() for r in caplog.records if r.name == "app.users"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "app.auth.users"] == [
         f"USERS_FILE {users_file} does not exist: every login is refused until"
         " `flask users add` creates it"
     ]
@@ -649,7 +649,7 @@ def test_a_login_that_upgrades_its_hash_keeps_its_token(directory_app, users_fil
 def test_a_change_with_the_store_down_says_the_tokens_were_not_revoked(
     directory_app, users_file, args, monkeypatch
 ):
-    from app.store import StoreUnavailableError
+    from app.backends.token_store import StoreUnavailableError
 
     app = directory_app()
     store = app.extensions["token_store"]

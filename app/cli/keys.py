@@ -5,16 +5,10 @@ from __future__ import annotations
 import click
 from flask.cli import AppGroup
 
-from app.keys import (
-    EDDSA,
-    ES256,
-    HS256,
-    create_private_file,
-    get_key_ring,
-    new_private_key_pem,
-    private_key_file,
-)
-from app.settings import current_settings
+from app.auth.key_files import create_private_file, new_private_key_pem
+from app.auth.keys import get_key_ring, private_key_file
+from app.config.settings import EDDSA, ES256, HS256
+from app.extensions import current_settings
 
 keys = AppGroup("keys", help="Make and show signing keys (shown by kid, never in clear).")
 

@@ -11,20 +11,20 @@ from datetime import UTC, datetime
 import click
 from flask.cli import AppGroup
 
+from app.auth.tokens import REFRESH_TOKEN_LENGTH
+from app.backends import get_store, open_store
+from app.backends.token_store import StoreUnavailableError, shown_digest
+from app.backends.transfer import CopyRefusedError, copy_tokens
 from app.cli.arguments import InputError, read_one_line, valid_username
-from app.config import ConfigError
-from app.config.parsers import store_url
-from app.settings import current_settings
-from app.store import StoreUnavailableError, get_store, open_store, shown_digest
-from app.store.transfer import CopyRefusedError, copy_tokens
-from app.tokens import REFRESH_TOKEN_LENGTH
+from app.config.parsers import ConfigError, store_url
+from app.extensions import current_settings
 
 #: Fewer hex digits than this could name a token the operator did not mean.
 MIN_DIGEST_PREFIX = 8
 HEX_PREFIX = re.compile(rf"[0-9a-fA-F]{{{MIN_DIGEST_PREFIX},64}}")
 #: The longest line read from standard input as a refresh token.
 MAX_TOKEN_LINE = 4096
-#: What /login hands out (app/tokens.py): anything else is no refresh token.
+#: What /login hands out (app/auth/tokens.py): anything else is no refresh token.
 REFRESH_TOKEN = re.compile(rf"[A-Za-z0-9]{{{REFRESH_TOKEN_LENGTH}}}")
 
 tokens = AppGroup(

@@ -13,12 +13,7 @@ from flask import current_app
 from flask.cli import AppGroup
 from flask.logging import default_handler
 
-from app.cli.arguments import read_one_line, valid_username
-from app.events import Event
-from app.logging_config import logging_config
-from app.settings import current_settings
-from app.store import StoreUnavailableError, get_store
-from app.users import (
+from app.auth.users import (
     HASHER,
     MIN_PASSWORD_LENGTH,
     UsersFileError,
@@ -26,6 +21,12 @@ from app.users import (
     read_users_file,
     username_problem,
 )
+from app.backends import get_store
+from app.backends.token_store import StoreUnavailableError
+from app.cli.arguments import read_one_line, valid_username
+from app.events import Event
+from app.extensions import current_settings
+from app.observability.logging_config import logging_config
 
 #: The longest password ``flask users add`` takes.
 MAX_PASSWORD_LENGTH = 1024

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from limits import RateLimitItem, parse_many
 
-from app.store_url import parse_store_url
-from app.usernames import MAX_USERNAME_LENGTH, token_username_problem
+from app.config.store_url import parse_store_url
+from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 
 T = TypeVar("T")
 Choice = TypeVar("Choice", bound=str)
@@ -165,7 +165,7 @@ def rate_limits(name: str, value: str) -> tuple[RateLimitItem, ...]:
 
 def networks(name: str, value: str) -> tuple[IPNetwork, ...]:
     """Parse addresses and networks as the client addresses they are matched with are read
-    (``app.proxy.parse_address``): an IPv4-mapped IPv6 one is its IPv4 address, and one
+    (``app.http.proxy.parse_address``): an IPv4-mapped IPv6 one is its IPv4 address, and one
     with a zone id, which no client address carries, is refused."""
     found = []
     for item in (item.strip() for item in value.split(",")):

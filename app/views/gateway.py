@@ -18,15 +18,15 @@ from urllib.parse import quote
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import BadRequest
 
-from app import tokens
-from app.config import Settings
-from app.errors import forbidden_response, render_http_error, unauthenticated_response
+from app.auth import tokens
+from app.auth.tokens import ROLES
+from app.config.settings import Settings
 from app.events import Reason
-from app.request_log import note
-from app.security import role_allows, verified_bearer_claims, verified_cookie_user
-from app.settings import current_settings
-from app.third_party_login.cross_site import is_cross_site
-from app.tokens import ROLES
+from app.extensions import current_settings
+from app.http.errors import forbidden_response, render_http_error, unauthenticated_response
+from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
+from app.http.request_log import note
+from app.oidc.cross_site import is_cross_site
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -105,7 +105,7 @@ def cache_until(expires_at: int, settings: Settings) -> str:
 @functools.lru_cache(maxsize=IDENTITY_CACHE_SIZE)
 def _identity_headers(username: str, role: str, expires_at: int) -> tuple[tuple[str, str], ...]:
     """Return the 200's headers for a Bearer token's claims (kept: a client sends its
-    token again and again, as for the verified-token cache of app/tokens.py)."""
+    token again and again, as for the verified-token cache of app/auth/tokens.py)."""
     return (
         ("X-Auth-Request-User", header_text(username)),
         ("X-Auth-Request-Groups", role),

@@ -9,8 +9,8 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import NotFound
 
-from app.keys import get_key_ring
-from app.settings import current_settings
+from app.auth.keys import get_key_ring
+from app.extensions import current_settings
 
 bp = Blueprint("jwks", __name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from app.responses import json_response
-from app.security import authenticated_cookie_user
+from app.http.guards import authenticated_cookie_user
+from app.http.responses import json_response
 
 bp = Blueprint("me", __name__, url_prefix="/api/v1")
 

@@ -1,4 +1,4 @@
-"""The third-party login routes; the OpenID Connect flow is ``app/third_party_login/``.
+"""The third-party login routes; the OpenID Connect flow is ``app/oidc/``.
 
 ``GET /auth/<provider>/login`` sends the browser to the provider;
 ``GET /auth/<provider>/callback`` takes its answer, sets the cookie token that
@@ -14,19 +14,20 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, url_for
 from werkzeug.exceptions import Forbidden, NotFound
 
-from app.config import Settings
+from app.auth.keys import get_key_ring
+from app.auth.tokens import issue_cookie_token
+from app.config.settings import Settings
 from app.events import Reason
-from app.keys import get_key_ring
-from app.request_log import note
-from app.responses import bodiless
-from app.security import log_out_cookie_token
-from app.settings import current_settings
-from app.third_party_login import ROUTE_PREFIX, login_flow
-from app.third_party_login.cross_site import is_cross_site
-from app.tokens import issue_cookie_token
+from app.extensions import current_settings
+from app.http.guards import log_out_cookie_token
+from app.http.request_log import note
+from app.http.responses import bodiless
+from app.oidc import login_flow
+from app.oidc.cross_site import is_cross_site
+from app.oidc.login_state import ROUTE_PREFIX
 
 if TYPE_CHECKING:
-    from app.third_party_login.flow import LoginFlow
+    from app.oidc.flow import LoginFlow
 
 bp = Blueprint("oauth", __name__, url_prefix=ROUTE_PREFIX)
 

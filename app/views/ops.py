@@ -5,11 +5,11 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 
-from app.metrics_scrape import metrics_response
-from app.openapi import openapi_json
-from app.responses import json_response
-from app.settings import current_settings
-from app.store import get_store
+from app.backends import get_store
+from app.extensions import current_settings
+from app.http.responses import json_response
+from app.observability.metrics_scrape import metrics_response
+from app.openapi.document import openapi_json
 
 bp = Blueprint("ops", __name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, g
 
-from app.request_body import read_fields, required_number
-from app.responses import json_response
-from app.security import requires_roles
+from app.http.guards import requires_roles
+from app.http.request_body import read_fields, required_number
+from app.http.responses import json_response
 
 bp = Blueprint("resources", __name__)
 

@@ -1,4 +1,4 @@
--- Fill a Redis token store with tokens number ARGV[2] to ARGV[3], as app/store/redis.py
+-- Fill a Redis token store with tokens number ARGV[2] to ARGV[3], as app/backends/redis/store.py
 -- keeps a login under SPEC.md's defaults: the token's hash, its user's sorted set, the
 -- digests' sorted set. ARGV: salt, first, last, issued_at, the microsecond of issue,
 -- then the token, user and digests key prefixes. Four tokens per user.

@@ -2,7 +2,7 @@
 
 The role travels as an additional claim and a custom decorator checks it
 ("Custom Decorators" in the docs); the error loaders give SPEC.md's plain-text 401.
-Settings come from ``FLASK_*`` variables (``app.config.from_prefixed_env``):
+Settings come from ``FLASK_*`` variables (``app.config.settings.from_prefixed_env``):
 FLASK_SECRET_KEY, FLASK_DATABASE, FLASK_ACCESS_TOKEN_LIFETIME, FLASK_ADMIN_USERNAME.
 """
 

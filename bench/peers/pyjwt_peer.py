@@ -1,6 +1,6 @@
 """SPEC.md in plain Flask and PyJWT, as their documentation shows: no cache, no hardening.
 
-Settings come from ``FLASK_*`` variables (``app.config.from_prefixed_env``):
+Settings come from ``FLASK_*`` variables (``app.config.settings.from_prefixed_env``):
 FLASK_SECRET_KEY, FLASK_DATABASE, FLASK_ACCESS_TOKEN_LIFETIME, FLASK_ADMIN_USERNAME.
 """
 

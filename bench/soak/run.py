@@ -160,7 +160,7 @@ class Soak:
         return clients
 
     def drive(self) -> Outcome:
-        from app.keys import secret_key
+        from app.auth.keys import secret_key
 
         self.keys = [secret_key(secret, "soak") for secret in self.secrets]
         current = Keys(self.keys[0])
@@ -274,7 +274,7 @@ class Soak:
 
     def token_lost(self) -> str:
         """Log a canary in, then remove its refresh token from the store directly."""
-        from app.store import open_store
+        from app.backends import open_store
 
         plain = self.services[0]
         connection = Connection(plain.port, "127.0.0.1", plain.name)

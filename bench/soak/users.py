@@ -38,7 +38,7 @@ class RefreshToken:
 class Keys:
     """The signing keys the harness set, for the clients' forged and expired tokens."""
 
-    current: Any  # app.keys.SigningKey
+    current: Any  # app.auth.keys.SigningKey
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -283,7 +283,7 @@ class User(Client):
         with self.keys.lock:
             key = self.keys.current
         if kind == 0:  # the service's kid, another secret
-            from app.keys import secret_key
+            from app.auth.keys import secret_key
 
             token = secret_key(secrets.token_urlsafe(48), "forger").sign(claims)
             token = key.header + "." + token.partition(".")[2]

@@ -1,0 +1,234 @@
+"""Shared durable store: refresh-token digests in one PostgreSQL database every host uses.
+
+Every operation is one statement, so one round trip: a plain one where a single row is
+read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT),
+else a call of one of the functions the schema made (``sql/functions.sql``), which read
+and change several rows in one transaction. Each runs in autocommit: it is committed
+before it is answered, or not at all, so a connection lost in the middle (a restart,
+``pg_terminate_backend``) never leaves half a rotation behind. The tables, their
+versions and their upgrade are in ``app.backends.postgres.schema``; connections, timeouts
+and failures in ``app.backends.postgres.client``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from app.backends.postgres.client import POSTGRES_FAILURES, shared_pool
+from app.backends.postgres.process import Connection
+from app.backends.postgres.schema import store_schema
+from app.backends.token_store import (
+    DIGEST_PREFIX_LENGTH,
+    PURGE_BATCH,
+    RETIRED_GENERATIONS_KEPT,
+    Outcome,
+    RefreshTokenPolicy,
+    RefreshTokenStore,
+    Revocation,
+    Rotation,
+    StoreUnavailableError,
+    TokenRecord,
+    lineage_digest,
+    token_digest,
+)
+
+#: Connections each worker process keeps, and at most opens, by default.
+DEFAULT_POOL_MIN = 1
+DEFAULT_POOL_MAX = 4
+#: A live token: neither retired nor expired (``%(now)s``: the whole second).
+LIVE = "retired_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
+OWNER_OF = (  # positional parameters: psycopg reorders named ones on each call
+    "SELECT username FROM refresh_tokens WHERE digest = %s AND retired_at IS NULL"
+    " AND (expires_at IS NULL OR expires_at > %s)"
+)
+TOKENS_OF = (
+    "SELECT digest, issued_at FROM refresh_tokens"  # noqa: S608 (constants only)
+    f" WHERE username = %(username)s AND {LIVE} ORDER BY issued_at, sequence NULLS FIRST, digest"
+)
+COUNT = f"SELECT count(*) FROM refresh_tokens WHERE {LIVE}"  # noqa: S608
+#: SPEC.md's login: one INSERT. ``relaxed`` durability commits it without waiting for
+#: the WAL's flush (``synchronous_commit`` off, for this transaction only).
+INSERT = "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (%s, %s, %s)"
+INSERT_RELAXED = (
+    "INSERT INTO refresh_tokens (digest, username, issued_at)"
+    " SELECT %s, %s, %s FROM set_config('synchronous_commit', 'off', true)"
+)
+ISSUE = "SELECT token_store_issue(%s, %s, %s, %s, %s, %s)"
+ISSUE_RELAXED = (
+    "SELECT token_store_issue(%s, %s, %s, %s, %s, %s)"
+    " FROM set_config('synchronous_commit', 'off', true)"
+)
+#: What a read-only server (a standby, default_transaction_read_only) says to a write.
+READ_ONLY_MESSAGE = "the server refused the write as read-only (a standby, or read-only mode)"
+
+
+class PostgresTokenStore(RefreshTokenStore):
+    """Refresh tokens in one PostgreSQL database, shared by every worker of every host.
+
+    Durability: each write commits as the server's ``synchronous_commit`` says (``on``,
+    PostgreSQL's default: in the WAL on disk before the answer). ``durability=relaxed``
+    commits logins with ``synchronous_commit = off`` (rotations and revokes are never
+    relaxed): a crash of the server or its host may lose its last moments of logins.
+    """
+
+    remote = True
+    #: Its pool belongs to the process that made it (a forked worker makes its own), so
+    #: the one the start-up check opens is kept for the first requests.
+    pooled_per_process = True
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        connect_timeout: float | None = None,
+        policy: RefreshTokenPolicy | None = None,
+        durability: str = "normal",
+        pool_size: tuple[int, int] = (DEFAULT_POOL_MIN, DEFAULT_POOL_MAX),
+    ) -> None:
+        super().__init__(policy)
+        self.url = url
+        self.timeout = timeout
+        self.relaxed = durability == "relaxed"
+        self.client = shared_pool(
+            url,
+            timeout=timeout,
+            connect_timeout=timeout if connect_timeout is None else connect_timeout,
+            min_size=pool_size[0],
+            max_size=pool_size[1],
+            schema=store_schema(username_index=bool(self.policy.per_user)),
+        )
+        #: Where the store is, for messages and logs: never the password.
+        self.location = self.client.location
+
+    def issue(self, token: str, username: str) -> None:
+        now, policy = self.clock(), self.policy
+        digest = token_digest(token)
+        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one INSERT
+            self._execute(INSERT_RELAXED if self.relaxed else INSERT, (digest, username, int(now)))
+            return
+        expires_at = int(now) + policy.lifetime if policy.lifetime else None
+        self._execute(
+            ISSUE_RELAXED if self.relaxed else ISSUE,
+            (digest, username, now, expires_at, policy.per_user, PURGE_BATCH),
+        )
+
+    def owner_of(self, token: str) -> str | None:
+        row = self._fetch_one(OWNER_OF, (token_digest(token), math.floor(self.clock())))
+        return None if row is None else str(row[0])
+
+    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+        policy = self.policy
+        row = self._fetch_one(
+            "SELECT outcome, family_digest FROM token_store_rotate"
+            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                token_digest(token), token_digest(successor), username, self.clock(),
+                policy.lifetime, policy.reuse_grace, RETIRED_GENERATIONS_KEPT, PURGE_BATCH,
+                bool(policy.per_user or policy.lifetime), lineage_digest(token),
+            ),
+        )  # fmt: skip
+        assert row is not None  # a function's one row
+        return Rotation(Outcome(row[0]), str(row[1])[:DIGEST_PREFIX_LENGTH])
+
+    def revoke(self, token: str) -> Revocation:
+        row = self._fetch_one(
+            "SELECT known, reused, family_digest, owner FROM token_store_revoke(%s, %s, %s)",
+            (token_digest(token), lineage_digest(token), self.clock()),
+        )
+        assert row is not None  # a function's one row
+        known, reused, family, owner = row
+        return Revocation(bool(known), bool(reused), str(family)[:DIGEST_PREFIX_LENGTH], owner)
+
+    def purge_expired(self, limit: int = PURGE_BATCH) -> int:
+        return int(self._value("SELECT token_store_purge(%s, %s)", (self.clock(), limit)))
+
+    def tokens_of(self, username: str) -> list[TokenRecord]:
+        with self._connection() as connection:
+            rows = connection.execute(
+                TOKENS_OF,
+                {"username": username, "now": math.floor(self.clock())},
+            ).fetchall()
+        return [TokenRecord.of(digest, username, int(at)) for digest, at in rows]
+
+    def revoke_all(self, username: str) -> int:
+        return int(self._value("SELECT token_store_revoke_all(%s, %s)", (username, self.clock())))
+
+    def _revoke_digest(self, prefix: str) -> int:
+        return int(self._value("SELECT token_store_revoke_prefix(%s, %s)", (prefix, self.clock())))
+
+    def deny(self, digest: str, until: float) -> None:
+        now = self.clock()
+        if until <= now:
+            return
+        # one statement: a bounded batch of ended entries (through the index), then this one
+        self._execute(
+            "WITH due AS MATERIALIZED (SELECT digest FROM denied_tokens"
+            " WHERE expires_at <= %(now)s AND digest <> %(digest)s"
+            " LIMIT %(batch)s FOR UPDATE SKIP LOCKED),"
+            " purged AS (DELETE FROM denied_tokens USING due"
+            " WHERE denied_tokens.digest = due.digest)"
+            " INSERT INTO denied_tokens (digest, expires_at) VALUES (%(digest)s, %(until)s)"
+            " ON CONFLICT (digest) DO UPDATE"
+            " SET expires_at = greatest(denied_tokens.expires_at, excluded.expires_at)",
+            {"digest": digest, "until": until, "now": now, "batch": PURGE_BATCH},
+        )
+
+    def is_denied(self, *digests: str) -> bool:
+        row = self._fetch_one(
+            "SELECT 1 FROM denied_tokens WHERE digest = ANY(%s) AND expires_at > %s LIMIT 1",
+            (list(digests), self.clock()),
+        )
+        return row is not None
+
+    def count(self) -> int:
+        return int(
+            self._value(
+                COUNT,
+                {"now": math.floor(self.clock())},
+            )
+        )
+
+    def ping(self) -> None:
+        with self._connection() as connection:  # not kept: the start-up check's thread
+            connection.execute("SELECT 1")
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _execute(self, statement: str, parameters: Any) -> None:
+        self._fetch_one(statement, parameters, fetch=False)
+
+    def _fetch_one(
+        self, statement: str, parameters: Any, fetch: bool = True
+    ) -> tuple[Any, ...] | None:
+        try:
+            row: tuple[Any, ...] | None = self.client.execute(statement, parameters, fetch)
+        except psycopg.errors.ReadOnlySqlTransaction as error:
+            raise StoreUnavailableError(
+                self.client.message("PostgreSQL store", error, READ_ONLY_MESSAGE)
+            ) from error
+        except POSTGRES_FAILURES as error:
+            raise StoreUnavailableError(self.client.message("PostgreSQL store", error)) from error
+        return row
+
+    def _value(self, statement: str, parameters: Any) -> Any:
+        row = self._fetch_one(statement, parameters)
+        return None if row is None else row[0]
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """Yield a pooled connection; turn every failure into one StoreUnavailableError."""
+        try:
+            with self.client.connection() as connection:
+                yield connection
+        except psycopg.errors.ReadOnlySqlTransaction as error:
+            raise StoreUnavailableError(
+                self.client.message("PostgreSQL store", error, READ_ONLY_MESSAGE)
+            ) from error
+        except POSTGRES_FAILURES as error:
+            raise StoreUnavailableError(self.client.message("PostgreSQL store", error)) from error

@@ -1,0 +1,361 @@
+"""Embedded default store: one SQLite file in WAL mode, shared by every worker of a host."""
+
+from __future__ import annotations
+
+import hmac
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
+from app.backends.sqlite.tables import create_schema, forget_live, purge, transaction
+from app.backends.token_store import (
+    DIGEST_PREFIX_LENGTH,
+    PURGE_BATCH,
+    RETIRED_GENERATIONS_KEPT,
+    Outcome,
+    RefreshTokenPolicy,
+    RefreshTokenStore,
+    Revocation,
+    Rotation,
+    StoreUnavailableError,
+    TokenRecord,
+    lineage_digest,
+    token_digest,
+)
+
+
+class SQLiteTokenStore(RefreshTokenStore):
+    """Refresh tokens in one SQLite file, in WAL mode.
+
+    Durability, per operation: a revoke (of one token, a user's, by digest) is
+    committed with ``synchronous = FULL``, so the WAL is on disk before the 204 and
+    no power cut brings the token back. A login is committed with ``NORMAL``: in WAL
+    mode the commit is in the operating system's hands before the 200, so it
+    survives the crash or kill of any process, and only a power cut or a kernel
+    crash may lose the last moments of logins (whose users log in again); the next
+    FULL commit or checkpoint puts them on disk too. ``durability="strict"`` commits
+    everything with FULL.
+
+    A live token, one that ``owner_of`` and the listings know, is neither retired
+    nor expired: ``retired_at IS NULL AND (expires_at IS NULL OR expires_at > now)``.
+
+    Connections are opened lazily, so that nothing opened before gunicorn forks is
+    ever used by a worker: one per thread of each process for reads, and one per
+    process for writes, which its threads take in turn (app/backends/sqlite/files.py). What
+    reads and changes several rows runs in one ``BEGIN IMMEDIATE`` transaction: the
+    write lock is taken first, so no other process interleaves.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        timeout: float,
+        policy: RefreshTokenPolicy | None = None,
+        durability: str = "normal",
+    ) -> None:
+        super().__init__(policy)
+        self.path = path
+        self.timeout = timeout
+        self.strict = durability == "strict"
+        self._connections = ThreadConnections(self._connect)
+        self._writer = ProcessWriter(self._connect, timeout)
+
+    def issue(self, token: str, username: str) -> None:
+        now, policy = self.clock(), self.policy
+        issued_at = int(now)
+        expires_at = issued_at + policy.lifetime if policy.lifetime else None
+        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
+            try:
+                self._writer.execute(
+                    "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
+                    (token_digest(token), username, issued_at),
+                )
+            except sqlite3.Error as error:
+                raise self._unavailable(error) from error
+            return
+        with self._connection(write=True) as connection, transaction(connection):
+            if policy.lifetime:
+                purge(connection, now, PURGE_BATCH)
+            if policy.per_user:
+                live = connection.execute(
+                    "SELECT digest, family FROM refresh_tokens"
+                    " WHERE username = ? AND retired_at IS NULL"
+                    " AND (expires_at IS NULL OR expires_at > ?)"
+                    " ORDER BY issued_at, sequence, digest",  # same-second: order of issue
+                    (username, now),
+                ).fetchall()
+                for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
+                    forget_live(connection, digest, family)
+            connection.execute(
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence)"
+                " VALUES (?, ?, ?, ?, (SELECT coalesce(max(sequence), 0) + 1"
+                " FROM refresh_tokens WHERE sequence IS NOT NULL))",  # the end of its index
+                (token_digest(token), username, issued_at, expires_at),
+            )
+
+    def owner_of(self, token: str) -> str | None:
+        try:  # _connection()'s read, without its generator frames: on every /token
+            cursor = self._open().execute(
+                "SELECT username FROM refresh_tokens WHERE digest = ? AND retired_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (token_digest(token), self.clock()),
+            )
+            row = cursor.fetchone()
+        except sqlite3.Error as error:
+            raise self._unavailable(error) from error
+        return row[0] if row else None
+
+    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+        policy, digest = self.policy, token_digest(token)
+        # durable: a retired token or a family revoked on reuse must stay so
+        with self._connection(durable=True) as connection, transaction(connection):
+            now = self.clock()  # read holding the write lock: times follow commit order
+            if policy.lifetime:
+                purge(connection, now, PURGE_BATCH)
+            row = connection.execute(
+                "SELECT username, family, generation, expires_at, retired_at, lineage"
+                " FROM refresh_tokens WHERE digest = ?",
+                (digest,),
+            ).fetchone()
+            if row is None:
+                return _reuse_by_lineage(connection, token, username, now)
+            if row[3] is not None and now >= row[3]:
+                return Rotation(Outcome.UNKNOWN)
+            owner, family, generation, expires_at, retired_at, lineage = row
+            if not hmac.compare_digest(owner.encode(), username.encode()):
+                return Rotation(Outcome.OTHER_USER)
+            family, generation = family or digest, generation or 0
+            shown = family[:DIGEST_PREFIX_LENGTH]
+            if retired_at is None:
+                outcome = Outcome.ROTATED
+                connection.execute(
+                    # the lineage goes with the live token: one row per family carries it
+                    "UPDATE refresh_tokens SET retired_at = ?, family = ?, generation = ?,"
+                    " lineage = NULL WHERE digest = ?",
+                    (now, family, generation, digest),
+                )
+            else:
+                unused = None
+                if policy.reuse_grace and now < retired_at + policy.reuse_grace:
+                    # this token's own successor, if nothing rotated or replaced it yet: a
+                    # sibling's successor (another retry's, rotated since) is not its to retry
+                    unused = connection.execute(
+                        "SELECT digest FROM refresh_tokens WHERE family = ? AND generation = ?"
+                        " AND parent = ? AND retired_at IS NULL",
+                        (family, generation + 1, digest),
+                    ).fetchone()
+                if unused is None:
+                    connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+                    return Rotation(Outcome.REUSED, shown)
+                outcome = Outcome.RETRIED
+                # retired, not forgotten: whoever presents it later revokes the family
+                connection.execute(
+                    "UPDATE refresh_tokens SET retired_at = ?, lineage = NULL WHERE digest = ?",
+                    (now, *unused),
+                )
+            if expires_at is None and policy.lifetime:  # a family older than the setting
+                expires_at = int(now) + policy.lifetime
+                connection.execute(
+                    "UPDATE refresh_tokens SET expires_at = ? WHERE family = ?",
+                    (expires_at, family),
+                )
+            connection.execute(
+                # numbered, as issue() numbers, only where a limit or a lifetime is set
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, family,"
+                " generation, parent, lineage, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, CASE"
+                " WHEN ? THEN (SELECT coalesce(max(sequence), 0) + 1 FROM refresh_tokens"
+                " WHERE sequence IS NOT NULL) END)",
+                (token_digest(successor), owner, int(now), expires_at, family, generation + 1,
+                 digest, lineage or lineage_digest(token),
+                 bool(policy.per_user or policy.lifetime)),
+            )  # fmt: skip
+            connection.execute(
+                "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
+                (family, generation + 1 - RETIRED_GENERATIONS_KEPT),
+            )
+        return Rotation(outcome, shown)
+
+    def revoke(self, token: str) -> Revocation:
+        now = self.clock()
+        # each statement commits on its own, under the write lock: no transaction needed
+        with self._connection(durable=True) as connection:
+            # fetchall: a RETURNING statement commits when its last row is read
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE digest = ?"
+                " RETURNING username, family, retired_at, expires_at",
+                (token_digest(token),),
+            ).fetchall()
+            if rows:
+                owner, family, retired_at, expires_at = rows[0]
+                if family is None:  # a token never rotated: a family of its own
+                    return Revocation(known=True, username=owner)
+                connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+                live_family = expires_at is None or expires_at > now
+                return Revocation(
+                    True, retired_at is not None and live_family, family[:DIGEST_PREFIX_LENGTH],
+                    owner,
+                )  # fmt: skip
+            lineage = lineage_digest(token)
+            if lineage is None:
+                return Revocation(known=False)
+            # a token the family forgot: its lineage names the family, which ends now (a
+            # read first: most unknown tokens name none, and a read takes no write lock)
+            found = _live_family_of(connection, lineage, now)
+            if found is None:
+                return Revocation(known=False)
+            family = found[1]
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE family = ? RETURNING username", (family,)
+            ).fetchall()
+        if not rows:  # another process ended the family meanwhile
+            return Revocation(known=False)
+        return Revocation(True, True, family[:DIGEST_PREFIX_LENGTH], rows[0][0])
+
+    def purge_expired(self, limit: int = PURGE_BATCH) -> int:
+        with self._connection(write=True) as connection:
+            return purge(connection, self.clock(), limit)
+
+    def tokens_of(self, username: str) -> list[TokenRecord]:
+        with self._connection() as connection:
+            rows = connection.execute(
+                "SELECT digest, issued_at FROM refresh_tokens WHERE username = ?"
+                " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+                " ORDER BY issued_at, sequence, digest",
+                (username, self.clock()),
+            ).fetchall()
+        return [TokenRecord.of(digest, username, at) for digest, at in rows]
+
+    def revoke_all(self, username: str) -> int:
+        now = self.clock()
+        with self._connection(durable=True) as connection:
+            # raw columns only: SQLite 3.40 gets `IS NULL` wrong in a WITHOUT ROWID RETURNING
+            rows = connection.execute(
+                "DELETE FROM refresh_tokens WHERE username = ? RETURNING retired_at, expires_at",
+                (username,),
+            ).fetchall()
+        return sum(
+            retired is None and (expires is None or expires > now) for retired, expires in rows
+        )
+
+    def _revoke_digest(self, prefix: str) -> int:
+        with self._connection(durable=True) as connection, transaction(connection):
+            rows = connection.execute(
+                "SELECT digest, family FROM refresh_tokens"
+                " WHERE digest >= ? AND digest < ? AND retired_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?) LIMIT 2",
+                (prefix, prefix + "g", self.clock()),
+            ).fetchall()
+            if len(rows) != 1:
+                return 0
+            forget_live(connection, *rows[0])
+        return 1
+
+    def deny(self, digest: str, until: float) -> None:
+        now = self.clock()
+        if until <= now:
+            return
+        # durable, like a revoke: a logout that answered must not be undone
+        with self._connection(durable=True) as connection, transaction(connection):
+            connection.execute(  # a bounded batch of expired entries, through the index
+                "DELETE FROM denied_tokens WHERE digest IN"
+                " (SELECT digest FROM denied_tokens WHERE expires_at <= ? LIMIT ?)",
+                (now, PURGE_BATCH),
+            )
+            connection.execute(
+                "INSERT INTO denied_tokens (digest, expires_at) VALUES (?, ?) ON CONFLICT"
+                " (digest) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
+                (digest, until),
+            )
+
+    def is_denied(self, *digests: str) -> bool:
+        placeholders = ", ".join("?" * len(digests))  # placeholders only: no value in the text
+        query = f"SELECT 1 FROM denied_tokens WHERE expires_at > ? AND digest IN ({placeholders})"  # noqa: S608
+        with self._connection() as connection:
+            row = connection.execute(query, (self.clock(), *digests)).fetchone()
+        return row is not None
+
+    def count(self) -> int:
+        with self._connection() as connection:
+            (count,) = connection.execute(
+                "SELECT count(*) FROM refresh_tokens"
+                " WHERE retired_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                (self.clock(),),
+            ).fetchone()
+        return int(count)
+
+    def ping(self) -> None:
+        with self._connection() as connection:
+            connection.execute("SELECT 1").fetchone()
+
+    def close(self) -> None:
+        self._connections.close()
+        self._writer.close()
+
+    @contextmanager
+    def _connection(
+        self, *, write: bool = False, durable: bool = False
+    ) -> Iterator[sqlite3.Connection]:
+        """Yield this thread's connection to read, or the process's to ``write``;
+        ``durable`` (a write): commit with ``synchronous = FULL``."""
+        try:
+            if not (write or durable):
+                yield self._open()
+                return
+            with self._writer.connection() as connection:
+                if not durable or self.strict:  # strict connections are FULL throughout
+                    yield connection
+                    return
+                connection.execute("PRAGMA synchronous = FULL")
+                try:
+                    yield connection
+                finally:
+                    connection.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as error:
+            raise self._unavailable(error) from error
+
+    def _unavailable(self, error: sqlite3.Error) -> StoreUnavailableError:
+        return StoreUnavailableError(f"SQLite store {self.path}: {error_text(error)}")
+
+    def _open(self) -> sqlite3.Connection:
+        return self._connections.get()
+
+    def _connect(self) -> sqlite3.Connection:
+        # NORMAL (in WAL mode): commits survive any process crash; revokes switch to FULL.
+        return connect_wal(
+            self.path, self.timeout, "FULL" if self.strict else "NORMAL", self._create_schema
+        )
+
+    def _create_schema(self, connection: sqlite3.Connection) -> None:
+        create_schema(connection, username_index=bool(self.policy.per_user))
+
+
+def _reuse_by_lineage(
+    connection: sqlite3.Connection, token: str, username: str, now: float
+) -> Rotation:
+    """Answer a token whose digest is unknown: reuse, if its lineage names a live family
+    of ``username`` (a token the family forgot), which is then revoked; else unknown."""
+    lineage = lineage_digest(token)
+    if lineage is None:
+        return Rotation(Outcome.UNKNOWN)
+    row = _live_family_of(connection, lineage, now)
+    if row is None:
+        return Rotation(Outcome.UNKNOWN)
+    owner, family = row
+    if not hmac.compare_digest(owner.encode(), username.encode()):
+        return Rotation(Outcome.OTHER_USER)
+    connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
+    return Rotation(Outcome.REUSED, family[:DIGEST_PREFIX_LENGTH])
+
+
+def _live_family_of(
+    connection: sqlite3.Connection, lineage: str, now: float
+) -> tuple[str, str] | None:
+    """Return the username and family of the live family whose lineage digest is
+    ``lineage``, or None."""
+    row = connection.execute(
+        "SELECT username, family FROM refresh_tokens"
+        " WHERE lineage = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+        (lineage, now),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])

@@ -1,0 +1,239 @@
+"""The refresh-token store interface that every backend implements."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from app.auth.tokens import REFRESH_TOKEN_LENGTH, new_refresh_token
+
+#: How many hex characters of a digest are shown to operators.
+DIGEST_PREFIX_LENGTH = 12
+HEX_DIGITS = frozenset("0123456789abcdef")
+#: Expired tokens forgotten at most per issue or rotation: a bounded, indexed purge.
+PURGE_BATCH = 16
+#: Generations of retired tokens a family keeps whole, for the grace's retries; an older
+#: one is still recognised by its lineage (below), so its reuse revokes the family.
+RETIRED_GENERATIONS_KEPT = 20
+#: Characters a rotated token hands down to its successor: the family's *lineage*. A
+#: family keeps the digest of its lineage while it lives, so any of its tokens, however
+#: old, is known as one of its own. The other 26 characters of a successor are fresh.
+LINEAGE_LENGTH = 16
+
+
+class StoreUnavailableError(Exception):
+    """The store cannot be reached or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """What an operator may see of a stored refresh token: never the token itself."""
+
+    digest_prefix: str
+    username: str
+    issued_at: int
+
+    @classmethod
+    def of(cls, digest: str, username: str, issued_at: int) -> TokenRecord:
+        """Return the record of a stored digest, showing only its first hex digits."""
+        return cls(digest[:DIGEST_PREFIX_LENGTH], username, issued_at)
+
+
+@dataclass(frozen=True)
+class RefreshTokenPolicy:
+    """How long refresh tokens live and how many a user holds; the defaults are SPEC.md's."""
+
+    #: Seconds from issue until a token is unknown; None: valid until revoked.
+    lifetime: int | None = None
+    #: Live tokens one username may hold; issuing one more forgets the oldest. 0: no limit.
+    per_user: int = 0
+    #: Seconds after its rotation in which a retired token may be rotated again,
+    #: while its successor is unused; 0: never (its reuse revokes the family).
+    reuse_grace: float = 0.0
+
+
+class Outcome(Enum):
+    """What presenting a refresh token for rotation did."""
+
+    ROTATED = "rotated"  # retired; its successor is the family's live token
+    RETRIED = "retried"  # retired already, within the grace: the unused successor replaced
+    REUSED = "reused"  # retired already: the whole family is revoked
+    UNKNOWN = "unknown"  # never issued, revoked, expired or forgotten
+    OTHER_USER = "other_user"  # live, but recorded for another username
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """The answer of ``RefreshTokenStore.rotate``."""
+
+    outcome: Outcome
+    #: The start of the family's digest (its first token's), for logs; "" if unknown.
+    family: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """Return whether the successor was recorded and may be handed out."""
+        return self.outcome in (Outcome.ROTATED, Outcome.RETRIED)
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """The answer of ``RefreshTokenStore.revoke``."""
+
+    #: Whether a token was forgotten: the one named, or the family it belonged to.
+    known: bool
+    #: A retired member of a family, or an older one the family forgot: the whole family
+    #: was revoked, and someone held an old token (RFC 9700, 4.14.2).
+    reused: bool = False
+    #: The start of the family's digest, for logs; "" for a token never rotated.
+    family: str = ""
+    #: The username of the token (or family) forgotten; "" if nothing was.
+    username: str = ""
+
+
+def token_digest(token: str) -> str:
+    """Return the SHA-256 hex digest under which a refresh token is stored."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def lineage_digest(token: str) -> str | None:
+    """Return the digest of the lineage a token carries: of its first characters.
+
+    None for a value of another shape than the service's refresh tokens: it names no
+    family, and costs the store no look-up.
+    """
+    if len(token) != REFRESH_TOKEN_LENGTH or not (token.isascii() and token.isalnum()):
+        return None
+    return token_digest(token[:LINEAGE_LENGTH])
+
+
+def successor_of(token: str) -> str:
+    """Return a new refresh token to replace ``token`` in a rotation: its lineage, then
+    fresh random letters (a fresh token if ``token`` is of no refresh token's shape)."""
+    fresh = new_refresh_token()
+    if lineage_digest(token) is None:
+        return fresh
+    return token[:LINEAGE_LENGTH] + fresh[LINEAGE_LENGTH:]
+
+
+def shown_digest(token: str) -> str:
+    """Return the start of a token's digest: what logs and operators see of a token."""
+    return token_digest(token)[:DIGEST_PREFIX_LENGTH]
+
+
+class RefreshTokenStore(ABC):
+    """Refresh tokens by digest, each recorded with the username it was issued to.
+
+    Every method is atomic on its own and safe to call from any process or
+    thread. A backend raises StoreUnavailableError, and nothing else, when it
+    cannot answer.
+
+    With rotation, each login starts a *family*: ``rotate`` retires a token and
+    records its successor in the same family, so one token of a family is live
+    and the others are retired, kept only to recognise their reuse. A retired
+    token is never a valid one: ``owner_of`` does not know it, and listings and
+    counts leave it out. Forgetting any token of a family forgets the whole family.
+
+    A successor carries its family's lineage (``successor_of``), and the family keeps the
+    lineage's digest while it lives, set at its first rotation: a token whose own digest
+    the family forgot (older than ``RETIRED_GENERATIONS_KEPT`` generations) is still
+    recognised as one of its own. A login stays one record, with no lineage.
+    """
+
+    #: Whether the store lives apart from the service and may be down when it starts
+    #: (a SQLite file is checked with the settings, and opened on first use).
+    remote = False
+
+    def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
+        self.policy = policy or RefreshTokenPolicy()
+        #: The time source, seconds since the epoch; tests may replace it.
+        self.clock: Callable[[], float] = time.time
+
+    @abstractmethod
+    def issue(self, token: str, username: str) -> None:
+        """Record a newly issued refresh token for ``username``, under the policy.
+
+        With ``policy.per_user``, the user's oldest live tokens (by issue, or last
+        rotation) are forgotten in the same step, so that no more than that many live.
+        """
+
+    @abstractmethod
+    def owner_of(self, token: str) -> str | None:
+        """Return the username a live (not retired, not expired) token was issued to, or None."""
+
+    @abstractmethod
+    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+        """Retire ``token`` of ``username`` and record ``successor`` in its family, atomically.
+
+        ``successor`` is ``successor_of(token)``, so that it carries the family's lineage.
+        Of several calls with one token, one rotates it; the others find it retired
+        and revoke its whole family (RFC 9700, 4.14.2), unless ``policy.reuse_grace``
+        lets them replace the still unused successor. A token the family forgot, known
+        by its lineage, is reuse too. The successor inherits the family's expiry:
+        ``policy.lifetime`` counts from the login.
+        """
+
+    @abstractmethod
+    def revoke(self, token: str) -> Revocation:
+        """Forget the refresh token, and with it its whole family, if it has one.
+
+        Its family's live token ends the family (a logout); a retired one, or an older
+        one the family knows by its lineage, ends it too, and is reuse: only a holder
+        of an old token can name it, and that holder may be a thief erasing the trace
+        of a theft.
+        """
+
+    @abstractmethod
+    def purge_expired(self, limit: int = PURGE_BATCH) -> int:
+        """Forget up to ``limit`` expired tokens, through an index; return how many."""
+
+    @abstractmethod
+    def tokens_of(self, username: str) -> list[TokenRecord]:
+        """Return the records of every live refresh token of ``username``, oldest first."""
+
+    @abstractmethod
+    def revoke_all(self, username: str) -> int:
+        """Forget every refresh token of ``username``; return how many were live."""
+
+    def revoke_digest(self, digest_prefix: str) -> int:
+        """Forget the one live token whose digest starts with ``digest_prefix``; return 1 or 0."""
+        prefix = digest_prefix.lower()
+        if not 0 < len(prefix) <= 64 or not set(prefix) <= HEX_DIGITS:
+            return 0  # no digest starts so
+        return self._revoke_digest(prefix)
+
+    @abstractmethod
+    def _revoke_digest(self, prefix: str) -> int:
+        """Do ``revoke_digest`` for a prefix of 1 to 64 lowercase hex digits."""
+
+    @abstractmethod
+    def deny(self, digest: str, until: float) -> None:
+        """Refuse the signed token that the caller names by ``digest`` until ``until``.
+
+        For tokens the service cannot otherwise take back (the cookie token of a
+        logout): the entry is kept until ``until`` (seconds since the epoch), then
+        forgotten. A time already past denies nothing.
+        """
+
+    @abstractmethod
+    def is_denied(self, *digests: str) -> bool:
+        """Return whether ``deny`` refused any of ``digests`` until a time still to come.
+
+        One round trip however many digests: a token may be named several ways.
+        """
+
+    @abstractmethod
+    def count(self) -> int:
+        """Return how many live refresh tokens are stored."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Return if the store answers, else raise StoreUnavailableError."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release this process's connections (they are reopened on next use)."""

@@ -1,0 +1,115 @@
+"""The two legs of a login: to the provider, and back with a code for the user it names.
+
+State, nonce and PKCE verifier ride in the login-state cookie
+(``login_state.py``) for the few seconds of the round trip, so any worker or host
+can finish a login.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+from authlib.common.errors import AuthlibBaseError
+from flask import current_app, request, session
+from joserfc.errors import JoseError
+from werkzeug.exceptions import BadRequest
+
+from app.compat.private_apis import forget_old_pending_logins, pending_login_key
+from app.config.settings import Settings
+from app.oidc.provider import ProviderClient, provider_unreachable
+
+#: Logins started and not finished that the cookie remembers; older ones are dropped, so
+#: the cookie never outgrows a browser's 4 KB (each pending login costs ~180 bytes).
+MAX_PENDING_LOGINS = 3
+#: Clock skew allowed between the provider and the service on the ID token's times.
+ID_TOKEN_LEEWAY = 60
+#: Longest provider user id and display name taken into the cookie token.
+MAX_USER_FIELD_LENGTH = 256
+#: Claims that name the user, best first (OpenID Connect Core 5.1). No other claim is
+#: shown in their place: an email address or the subject is not a display name.
+SHOWN_NAME_CLAIMS = ("name", "preferred_username")
+
+
+class LoginFlow:
+    """The configured providers' clients, and the login on them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.clients = {
+            provider.name: ProviderClient(provider) for provider in settings.identity_providers
+        }
+
+    def authorization_url(self, provider: str, callback_url: str) -> str:
+        """Remember a new login in the login-state cookie; return the provider URL to visit."""
+        client = self.clients[provider]
+        login = client.create_authorization_url(callback_url)  # 502 if discovery fails
+        forget_old_pending_logins(session, keep=MAX_PENDING_LOGINS - 1)  # and this one
+        client.save_authorize_data(redirect_uri=callback_url, **login)
+        return str(login["url"])
+
+    def logged_in_user(self, provider: str) -> dict[str, str]:
+        """Check the provider's answer on this request; return the user it logs in, or raise.
+
+        The user is ``{source, id, shownName}``, ``shownName`` left out when the
+        provider knows no name for them.
+        """
+        client = self.clients[provider]
+        issuer = client.load_server_metadata()["issuer"]
+        try:
+            token = client.authorize_access_token(
+                claims_options={
+                    "iss": {"essential": True, "value": issuer},
+                    "aud": {"essential": True, "value": client.client_id},
+                },
+                leeway=ID_TOKEN_LEEWAY,
+            )
+        except requests.RequestException as error:
+            raise provider_unreachable(provider, error) from None
+        except (AuthlibBaseError, JoseError, ValueError, KeyError, TypeError) as error:
+            session.pop(pending_login_key(provider, request.args.get("state")), None)
+            raise _login_failed(provider, _reason(error), error) from None
+        id_claims = token.get("userinfo") or {}
+        subject = id_claims.get("sub")
+        if not isinstance(subject, str) or not 0 < len(subject) <= MAX_USER_FIELD_LENGTH:
+            raise _login_failed(provider, "the provider sent no usable ID token subject")
+        shown_name = _shown_name(id_claims)
+        if shown_name is None:  # the profile is at the userinfo endpoint (OIDC Core 5.4)
+            shown_name = _shown_name(_userinfo_of(client, subject, token))
+        user = {"source": provider, "id": subject}
+        if shown_name is not None:
+            user["shownName"] = shown_name[:MAX_USER_FIELD_LENGTH]
+        current_app.logger.info("third-party login: provider=%s id=%r", provider, subject)
+        return user
+
+
+def _userinfo_of(client: ProviderClient, subject: str, token: dict[str, Any]) -> dict[str, Any]:
+    """Return the userinfo claims of the login's access token, if about ``subject``; else 400."""
+    access_token = token.get("access_token")
+    if not isinstance(access_token, str) or not access_token:
+        raise _login_failed(client.name, "the provider sent no access token")
+    claims = client.userinfo_claims(access_token)
+    # OIDC Core 5.3.2: the userinfo sub must be the ID token's, or the answer is not used.
+    if claims.get("sub") != subject:
+        raise _login_failed(client.name, "userinfo is about another subject than the ID token")
+    return claims
+
+
+def _shown_name(claims: dict[str, Any]) -> str | None:
+    for claim in SHOWN_NAME_CLAIMS:
+        value = claims.get(claim)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _login_failed(provider: str, reason: str, error: Exception | None = None) -> BadRequest:
+    current_app.logger.warning(
+        "third-party login refused: provider=%s reason=%s error=%r", provider, reason, error
+    )
+    return BadRequest(f"login failed: {reason}")
+
+
+def _reason(error: Exception) -> str:
+    text = getattr(error, "error", None) or type(error).__name__
+    description = getattr(error, "description", None)
+    return f"{text}: {description}" if description else str(text)
