@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from app.auth.keys import settings_key_ring
-from app.compat.private_apis import refuse_new_connections_when_stopping
+from app.compat.gunicorn import refuse_new_connections_when_stopping
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.http.proxy import everyone_trusted_warning
@@ -91,7 +91,7 @@ def on_exit(server):
 
 # A stopping worker (TERM: gunicorn stopping, or the old workers of a HUP) refuses new
 # connections at once, once it has taken what already waits in the listen queue; see
-# app/compat/private_apis.py and docs/deployment.md, "Reloads and restarts".
+# app/compat/gunicorn.py and docs/deployment.md, "Reloads and restarts".
 def post_worker_init(worker: Any) -> None:
     refuse_new_connections_when_stopping(worker)
 

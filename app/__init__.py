@@ -1,9 +1,9 @@
 """Session-less token authentication and role authorization service.
 
 ``create_app`` is the whole map. Each feature has one ``init_<feature>(app, settings)``,
-called from there and nowhere else, which puts the feature's object in
-``app.extensions[EXTENSION_KEY]`` (its module's constant); the feature's
-``get_<object>()`` returns it, typed, for the app at hand (``current_app``).
+called from there and nowhere else, which puts the feature's object in ``app.extensions``
+under its key in ``app/extensions.py``; the getter there returns it, typed, for the app at
+hand (``current_app``).
 """
 
 from __future__ import annotations
@@ -14,18 +14,19 @@ from typing import Any
 
 from flask import Flask
 
-from app.auth.keys import init_keys
-from app.auth.users import init_user_directory
+from app.auth.keys import settings_key_ring
+from app.auth.users import UserDirectory
 from app.backends import init_store
 from app.cli import register_commands
 from app.config.settings import MAX_BODY_BYTES, Settings
+from app.extensions import KEY_RING, USER_DIRECTORY, metrics_of
 from app.http.errors import register_error_handlers
 from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
 from app.http.security_headers import init_security_headers
 from app.instance import prepare_instance
 from app.limits.address import init_rate_limit
-from app.observability.metrics import init_metrics, metrics_of
+from app.observability.metrics import init_metrics
 from app.oidc import init_third_party_login
 from app.views import register_blueprints
 
@@ -63,6 +64,19 @@ def configure(app: Flask, settings: Settings) -> None:
     app.url_map.merge_slashes = False
     app.json.sort_keys = False  # type: ignore[attr-defined]  # the default provider has it
     app.logger.setLevel(getattr(logging, settings.log_level))
+
+
+def init_keys(app: Flask, settings: Settings) -> None:
+    """Load and check every key once, and attach the ring to ``app``."""
+    app.extensions[KEY_RING] = settings_key_ring(settings)
+
+
+def init_user_directory(app: Flask, settings: Settings) -> None:
+    """Attach the user directory of USERS_FILE to ``app``, or None when it is unset."""
+    directory = None
+    if settings.users_file is not None:
+        directory = UserDirectory(settings.users_file)
+    app.extensions[USER_DIRECTORY] = directory
 
 
 def init_request_log(app: Flask, settings: Settings) -> None:

@@ -1,13 +1,82 @@
-"""The settings of the app handling the current request or command."""
+"""Every object the app carries, each under one key of ``app.extensions``, and the one
+typed getter that reads it back.
+
+``create_app`` runs each feature's ``init_<feature>(app, settings)``, which stores the
+feature's object under its key here; code that serves a request or a command reads it
+through the getter, for the app at hand (``current_app``). A feature that is off stores
+None, so every key is always present.
+"""
 
 from __future__ import annotations
 
-from flask import current_app
+from typing import TYPE_CHECKING
 
-from app.config.settings import Settings
+from flask import Flask, current_app
+
+if TYPE_CHECKING:
+    from app.auth.keys import KeyRing
+    from app.auth.users import UserDirectory
+    from app.backends.token_store import RefreshTokenStore
+    from app.config.settings import Settings
+    from app.limits.address import RateLimiter
+    from app.limits.login_failures import LoginFailureLimit
+    from app.observability.metrics import Metrics
+    from app.oidc.flow import LoginFlow
+
+KEY_RING = "key_ring"
+TOKEN_STORE = "token_store"  # noqa: S105  # a key of app.extensions, no secret
+RATE_LIMITER = "rate_limiter"
+LOGIN_FAILURE_LIMIT = "login_failure_limit"
+USER_DIRECTORY = "user_directory"
+METRICS = "metrics"
+LOGIN_FLOW = "third_party_login"
+#: The OpenAPI document's JSON, built on its first request.
+OPENAPI_JSON = "openapi_json"
 
 
 def current_settings() -> Settings:
     """Return the settings of the app handling the current request or command."""
     settings: Settings = current_app.config["SETTINGS"]  # put there by create_app
     return settings
+
+
+def get_key_ring() -> KeyRing:
+    """Return the current app's key ring: the key that signs, and the ones that verify."""
+    ring: KeyRing = current_app.extensions[KEY_RING]
+    return ring
+
+
+def get_store() -> RefreshTokenStore:
+    """Return the current app's refresh-token store."""
+    store: RefreshTokenStore = current_app.extensions[TOKEN_STORE]
+    return store
+
+
+def get_rate_limiter() -> RateLimiter | None:
+    """Return the current app's rate limiter, or None when the limits are off."""
+    limiter: RateLimiter | None = current_app.extensions[RATE_LIMITER]
+    return limiter
+
+
+def get_login_failure_limit() -> LoginFailureLimit | None:
+    """Return the current app's per-username limit, or None when it does not apply."""
+    limit: LoginFailureLimit | None = current_app.extensions[LOGIN_FAILURE_LIMIT]
+    return limit
+
+
+def get_user_directory() -> UserDirectory | None:
+    """Return the current app's user directory, or None: the open login."""
+    directory: UserDirectory | None = current_app.extensions[USER_DIRECTORY]
+    return directory
+
+
+def get_login_flow() -> LoginFlow | None:
+    """Return the current app's third-party login flow, or None with no provider."""
+    flow: LoginFlow | None = current_app.extensions.get(LOGIN_FLOW)
+    return flow
+
+
+def metrics_of(app: Flask) -> Metrics | None:
+    """Return the metrics of ``app``, or None when METRICS is off."""
+    metrics: Metrics | None = app.extensions.get(METRICS)
+    return metrics

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth import tokens
-from app.auth.keys import EXTENSION_KEY as KEY_RING
 from app.auth.tokens import issue_cookie_token
+from app.extensions import KEY_RING
 from app.views.gateway import cookie_identity, header_text
 from tests.conftest import bearer, login, make_token, valid_claims
 from tests.test_openapi import assert_documented, document_of

@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from app import create_app
 from app.auth.key_files import create_private_file, new_private_key_pem, secret_kid, thumbprint
-from app.auth.keys import EXTENSION_KEY as KEY_RING
 from app.auth.keys import load_key_ring, settings_key_ring
 from app.auth.tokens import (
     InvalidTokenError,
@@ -33,6 +32,7 @@ from app.auth.tokens import (
     verify_access_token,
 )
 from app.config.parsers import ConfigError
+from app.extensions import KEY_RING
 from app.instance import load_or_create_key_file
 from tests.conftest import (
     P256_ORDER,

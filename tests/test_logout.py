@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth import tokens
-from app.auth.keys import EXTENSION_KEY as KEY_RING
 from app.auth.tokens import issue_access_token, issue_cookie_token, logout_digest
 from app.backends.token_store import token_digest
+from app.extensions import KEY_RING
 from app.oidc.cross_site import origin_of
 from tests.conftest import bearer, ecdsa_twin, free_port, make_token
 from tests.test_store import Clock

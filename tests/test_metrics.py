@@ -28,9 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 from werkzeug.exceptions import TooManyRequests
 
+from app.extensions import metrics_of
 from app.observability import metrics_scrape
 from app.observability.metric_files import KINDS, RESERVED_BYTES, scrape_lock, worker_files
-from app.observability.metrics import FLUSH_SECONDS, RuleInEnvironRequest, metrics_of
+from app.observability.metrics import FLUSH_SECONDS, RuleInEnvironRequest
 from app.observability.metrics_scrape import (
     CONTENT_TYPE,
     OWNER_FILE,

@@ -23,12 +23,12 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
 import app.openapi.document
-from app.auth.keys import EXTENSION_KEY as KEY_RING
 from app.auth.keys import load_key_ring
 from app.auth.tokens import REFRESH_TOKEN_LENGTH, ROLES, issue_cookie_token
 from app.config.parsers import PROVIDER_NAME
 from app.config.settings import ALGORITHMS, MAX_BODY_BYTES
 from app.config.usernames import MAX_USERNAME_LENGTH, USERNAME_PATTERN
+from app.extensions import KEY_RING
 from app.http.request_body import DECIMAL, MAX_FORM_FIELDS
 from app.openapi.document import OPTION_OFF, UNKNOWN_VERSION, merge_patch, service_version
 from tests.conftest import ROOT, bearer, fresh, login
@@ -167,7 +167,7 @@ def test_the_version_without_a_checkout_or_metadata_is_unknown(tmp_path, monkeyp
 
 
 def file_document() -> dict[str, Any]:
-    """Return the API document's file, refusing a member named twice (JSON parsers keep the last)."""
+    """Return the API document's file, refusing a member named twice (parsers keep the last)."""
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         names = [name for name, _ in pairs]

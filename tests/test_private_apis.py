@@ -1,7 +1,7 @@
-"""Every assumption app/compat/private_apis.py makes about a library, checked on the installed one.
+"""Every assumption app/compat/ makes about a library, checked on the installed one.
 
 An upgrade that breaks a reach fails here: then check the new version's internals,
-adapt the reach (or drop it), and update ``CHECKED_VERSIONS``.
+adapt the reach (or drop it), and update the module's ``CHECKED_VERSION``.
 """
 
 from __future__ import annotations
@@ -23,28 +23,21 @@ from gunicorn.workers.gthread import ThreadWorker
 from jwt.algorithms import HMACAlgorithm, get_default_algorithms
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app.compat import private_apis
-from app.compat.private_apis import (
-    CHECKED_VERSIONS,
-    CheckedSecret,
-    compact_jws,
-    forget_old_pending_logins,
-    hs256_verifier,
-    jws_header_segment,
-    pending_login_key,
-)
+from app.compat import authlib, gunicorn, prometheus, pyjwt
+from app.compat.authlib import forget_old_pending_logins, pending_login_key
+from app.compat.pyjwt import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 from tests.conftest import valid_claims
 from tests.fixtures.tools import ROOT
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
 
 
-@pytest.mark.parametrize("distribution", sorted(CHECKED_VERSIONS))
-def test_the_installed_version_is_the_one_checked(distribution):
-    installed = ".".join(version(distribution).split(".")[:2])
-    assert installed == CHECKED_VERSIONS[distribution], (
-        f"{distribution} {installed}: check app/compat/private_apis.py against it, then"
-        " update CHECKED_VERSIONS"
+@pytest.mark.parametrize("module", [authlib, gunicorn, prometheus, pyjwt], ids=lambda m: m.__name__)
+def test_the_installed_version_is_the_one_checked(module):
+    installed = ".".join(version(module.DISTRIBUTION).split(".")[:2])
+    assert installed == module.CHECKED_VERSION, (
+        f"{module.DISTRIBUTION} {installed}: check {module.__name__} against it, then"
+        " update its CHECKED_VERSION"
     )
 
 
@@ -129,7 +122,7 @@ def test_authlib_keeps_a_pending_login_under_the_key_read_here():
     FlaskIntegration("corp").set_state_data(session, "the-state", {"nonce": "n"})
     key = pending_login_key("corp", "the-state")
     assert list(session) == [key]
-    assert key.startswith(private_apis.PENDING_LOGIN_PREFIX)
+    assert key.startswith(authlib.PENDING_LOGIN_PREFIX)
     assert session[key]["exp"] >= before
     assert FlaskIntegration("corp").get_state_data(session, "the-state") == {"nonce": "n"}
 
@@ -150,7 +143,7 @@ def test_only_the_newest_pending_logins_are_kept():
 def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
     """Its value class is read when a metric is made: switched, no file is written."""
     script = (
-        "from app.compat.private_apis import count_in_process_memory\n"
+        "from app.compat.prometheus import count_in_process_memory\n"
         "import prometheus_client\n"
         "from prometheus_client import values\n"
         "assert values.ValueClass is not values.MutexValue, 'files not in use'\n"
@@ -197,7 +190,7 @@ def test_prometheus_client_reads_a_merged_file_as_the_files_it_adds_up(tmp_path)
         sources = [str(path) for path in tmp_path.glob(f"{kind}_*.db")]
         assert len(sources) == 2
         merged = tmp_path / f"{kind}_merged.db"
-        private_apis.write_merged_metric_file(str(merged), sources)
+        prometheus.write_merged_metric_file(str(merged), sources)
         assert merged.stat().st_blocks * 512 >= merged.stat().st_size  # allocated, not sparse
         for source in sources:
             os.unlink(source)
@@ -209,7 +202,7 @@ def test_prometheus_client_reads_a_merged_file_as_the_files_it_adds_up(tmp_path)
     # merged again with a later process's file: added up once more
     subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=ROOT)
     (later,) = (path for path in tmp_path.glob("counter_*.db") if path.name != "counter_merged.db")
-    private_apis.write_merged_metric_file(
+    prometheus.write_merged_metric_file(
         str(tmp_path / "counter_new.db"), [str(later), str(tmp_path / "counter_merged.db")]
     )
     os.replace(tmp_path / "counter_new.db", tmp_path / "counter_merged.db")
@@ -233,7 +226,7 @@ def test_a_merged_file_the_disk_cannot_give_is_not_left_behind(tmp_path, monkeyp
 
     monkeypatch.setattr(os, "posix_fallocate", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        private_apis.write_merged_metric_file(str(tmp_path / "counter_merged.db"), [str(source)])
+        prometheus.write_merged_metric_file(str(tmp_path / "counter_merged.db"), [str(source)])
     assert [path.name for path in tmp_path.iterdir()] == ["counter_1.db"]
 
 
@@ -275,7 +268,7 @@ def test_the_stopping_hook_takes_the_queue_then_closes_the_listener():
                 self.nr_conns += 1
 
     worker = Worker()
-    private_apis.refuse_new_connections_when_stopping(worker)
+    gunicorn.refuse_new_connections_when_stopping(worker)
     worker.set_accept_enabled(False)  # alive: only gunicorn's own switch
     assert calls == [("enabled", False)]
     worker.alive = False

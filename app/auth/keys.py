@@ -24,7 +24,6 @@ from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
-from flask import Flask, current_app
 from jwt.algorithms import Algorithm, ECAlgorithm, get_default_algorithms
 from jwt.utils import base64url_decode
 
@@ -38,11 +37,9 @@ from app.auth.key_files import (
     secret_kid,
     thumbprint,
 )
-from app.compat.private_apis import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
+from app.compat.pyjwt import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 from app.config.parsers import ConfigError
 from app.config.settings import ES256, HS256, KEY_FILE_NAMES, Settings
-
-EXTENSION_KEY = "key_ring"
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,17 +202,6 @@ def settings_key_ring(settings: Settings) -> KeyRing:
         )
     except KeyFileError as error:
         raise ConfigError(str(error)) from None
-
-
-def init_keys(app: Flask, settings: Settings) -> None:
-    """Load and check every key once, and attach the ring to ``app``."""
-    app.extensions[EXTENSION_KEY] = settings_key_ring(settings)
-
-
-def get_key_ring() -> KeyRing:
-    """Return the current app's key ring: the key that signs, and the ones that verify."""
-    ring: KeyRing = current_app.extensions[EXTENSION_KEY]
-    return ring
 
 
 def secret_key(secret: str, source: str) -> SigningKey:

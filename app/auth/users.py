@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING
 
 from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from flask import Flask, current_app
 
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 
 if TYPE_CHECKING:
-    from app.config.settings import Settings
+    pass
 
 #: OWASP's Argon2id minimum (Password Storage Cheat Sheet): 19 MiB, 2 passes, 1 lane.
 #: About 20 ms of one core per login on our machine, and 19 MiB while it runs.
@@ -45,7 +44,6 @@ RELOAD_INTERVAL = 1.0
 MAX_FILE_BYTES = 256 * 1024 * 1024
 #: Shortest password ``flask users add`` accepts (NIST SP 800-63B's minimum).
 MIN_PASSWORD_LENGTH = 8
-EXTENSION_KEY = "user_directory"
 
 logger = logging.getLogger(__name__)
 
@@ -289,17 +287,3 @@ class UserDirectory:
         with self._lock:
             self._users = {**self._users, username: upgraded}
         return upgraded
-
-
-def init_user_directory(app: Flask, settings: Settings) -> None:
-    """Attach the user directory of USERS_FILE to ``app``, or None when it is unset."""
-    directory = None
-    if settings.users_file is not None:
-        directory = UserDirectory(settings.users_file)
-    app.extensions[EXTENSION_KEY] = directory
-
-
-def get_user_directory() -> UserDirectory | None:
-    """Return the current app's user directory, or None: SPEC.md's open login."""
-    directory: UserDirectory | None = current_app.extensions[EXTENSION_KEY]
-    return directory

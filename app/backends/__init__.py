@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask, current_app
+from flask import Flask
 
 from app.backends.token_store import (
     Outcome,
@@ -18,6 +18,7 @@ from app.backends.token_store import (
 )
 from app.config.settings import Settings
 from app.config.store_url import parse_store_url
+from app.extensions import TOKEN_STORE
 
 __all__ = [
     "Outcome",
@@ -34,8 +35,6 @@ __all__ = [
     "successor_of",
     "token_digest",
 ]
-
-EXTENSION_KEY = "token_store"
 
 
 def open_store(
@@ -88,7 +87,7 @@ def init_store(app: Flask, settings: Settings) -> None:
         settings.store_durability,
         (settings.store_pool_min, settings.store_pool_max),
     )
-    app.extensions[EXTENSION_KEY] = store
+    app.extensions[TOKEN_STORE] = store
     if store.remote:
         _warn_if_unavailable(app, store)
 
@@ -110,9 +109,3 @@ def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:
     finally:
         if not getattr(store, "pooled_per_process", False):
             store.close()  # reopened on first use, in whichever process and thread uses it
-
-
-def get_store() -> RefreshTokenStore:
-    """Return the current app's refresh-token store."""
-    store: RefreshTokenStore = current_app.extensions[EXTENSION_KEY]
-    return store

@@ -6,9 +6,9 @@ import click
 from flask.cli import AppGroup
 
 from app.auth.key_files import create_private_file, new_private_key_pem
-from app.auth.keys import get_key_ring, private_key_file
+from app.auth.keys import private_key_file
 from app.config.settings import EDDSA, ES256, HS256
-from app.extensions import current_settings
+from app.extensions import current_settings, get_key_ring
 
 keys = AppGroup("keys", help="Make and show signing keys (shown by kid, never in clear).")
 

@@ -12,12 +12,12 @@ import click
 from flask.cli import AppGroup
 
 from app.auth.tokens import REFRESH_TOKEN_LENGTH
-from app.backends import get_store, open_store
+from app.backends import open_store
 from app.backends.token_store import StoreUnavailableError, shown_digest
 from app.backends.transfer import CopyRefusedError, copy_tokens
 from app.cli.arguments import InputError, read_one_line, valid_username
 from app.config.parsers import ConfigError, store_url
-from app.extensions import current_settings
+from app.extensions import current_settings, get_store
 
 #: Fewer hex digits than this could name a token the operator did not mean.
 MIN_DIGEST_PREFIX = 8

@@ -21,11 +21,10 @@ from app.auth.users import (
     read_users_file,
     username_problem,
 )
-from app.backends import get_store
 from app.backends.token_store import StoreUnavailableError
 from app.cli.arguments import read_one_line, valid_username
 from app.events import Event
-from app.extensions import current_settings
+from app.extensions import current_settings, get_store
 from app.observability.logging_config import logging_config
 
 #: The longest password ``flask users add`` takes.

@@ -12,7 +12,6 @@ import jwt
 from flask import g, request
 from werkzeug.exceptions import Unauthorized
 
-from app.auth.keys import get_key_ring
 from app.auth.tokens import (
     ROLES,
     InvalidTokenError,
@@ -21,10 +20,9 @@ from app.auth.tokens import (
     verify_access_token,
     verify_cookie_token,
 )
-from app.backends import get_store
 from app.backends.token_store import token_digest
 from app.events import Event, Reason
-from app.extensions import current_settings
+from app.extensions import current_settings, get_key_ring, get_store
 from app.http.errors import forbidden_response, unauthenticated_response
 from app.http.request_log import note
 

@@ -32,10 +32,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from flask import Flask, current_app, has_request_context, request
+from flask import Flask, has_request_context, request
 from limits import RateLimitItem
 
-from app.backends import EXTENSION_KEY as STORE_KEY
 from app.backends.counters import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
@@ -47,11 +46,11 @@ from app.backends.counters import (
 from app.backends.counters_storage import open_storage
 from app.config.parsers import IPNetwork
 from app.config.settings import Settings
+from app.extensions import RATE_LIMITER, TOKEN_STORE
 from app.http.proxy import FORWARDED_KEY, parse_address
 from app.http.request_log import note
 from app.limits.login_failures import init_login_failure_limit
 
-EXTENSION_KEY = "rate_limiter"
 #: Distinct client addresses whose key each process remembers.
 KEYS_CACHED = 4096
 #: The one counter of every request whose address is missing or not an IP address.
@@ -162,13 +161,7 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
     """Attach the rate limiter to ``app``, or None with RATE_LIMIT_AUTH=off."""
     limiter = None
     if settings.rate_limit_auth:
-        storage = open_storage(settings, app.extensions.get(STORE_KEY))
+        storage = open_storage(settings, app.extensions.get(TOKEN_STORE))
         limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, storage)
-    app.extensions[EXTENSION_KEY] = limiter
+    app.extensions[RATE_LIMITER] = limiter
     init_login_failure_limit(app, settings, limiter.storage if limiter is not None else None)
-
-
-def get_rate_limiter() -> RateLimiter | None:
-    """Return the current app's rate limiter, or None when the limits are off."""
-    limiter: RateLimiter | None = current_app.extensions[EXTENSION_KEY]
-    return limiter

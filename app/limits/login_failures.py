@@ -49,12 +49,10 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
-from flask import Flask, current_app
+from flask import Flask
 from limits import RateLimitItem
 
-from app.auth.keys import EXTENSION_KEY as KEY_RING_KEY
 from app.auth.keys import KeyRing
-from app.backends import EXTENSION_KEY as STORE_KEY
 from app.backends.counters import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
@@ -65,8 +63,8 @@ from app.backends.counters import (
 )
 from app.backends.counters_storage import open_storage
 from app.config.settings import HS256, Settings
+from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, TOKEN_STORE
 
-EXTENSION_KEY = "login_failure_limit"
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
 KEY_PREFIX = "login_failures/"
 #: The start of a device cookie's counters' keys (a username's are hex digits after it).
@@ -214,13 +212,7 @@ def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters |
     if settings.users_file is not None and settings.login_failure_limit:
         limit = LoginFailureLimit(
             settings.login_failure_limit,
-            storage or open_storage(settings, app.extensions.get(STORE_KEY)),
-            counters_secret(settings, app.extensions[KEY_RING_KEY]),
+            storage or open_storage(settings, app.extensions.get(TOKEN_STORE)),
+            counters_secret(settings, app.extensions[KEY_RING]),
         )
-    app.extensions[EXTENSION_KEY] = limit
-
-
-def get_login_failure_limit() -> LoginFailureLimit | None:
-    """Return the current app's per-username limit, or None when it does not apply."""
-    limit: LoginFailureLimit | None = current_app.extensions[EXTENSION_KEY]
-    return limit
+    app.extensions[LOGIN_FAILURE_LIMIT] = limit

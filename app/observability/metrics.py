@@ -36,12 +36,12 @@ from typing import Any
 from flask import Flask, Request
 from werkzeug.routing import Rule
 
-from app.compat.private_apis import count_in_process_memory
+from app.compat.prometheus import count_in_process_memory
 from app.config.settings import Settings
 from app.events import AUTH_FAILURE_REASONS, Event
+from app.extensions import METRICS
 from app.observability.metric_files import FOLDER_VARIABLE, reserve_metric_files, scrape_lock
 
-EXTENSION_KEY = "metrics"
 #: The environ key under which the route rule of a request waits for the metrics.
 RULE_KEY = "token_service.rule"
 #: Seconds; the service answers most requests within a few milliseconds.
@@ -252,7 +252,7 @@ def init_metrics(app: Flask, settings: Settings) -> None:
     request that the metrics make. With METRICS off nothing changes.
     """
     if not settings.metrics:
-        app.extensions[EXTENSION_KEY] = None
+        app.extensions[METRICS] = None
         return
     folder = os.environ.get(FOLDER_VARIABLE)
     if folder:  # a gunicorn worker: its files, allocated before prometheus_client maps them
@@ -266,14 +266,8 @@ def init_metrics(app: Flask, settings: Settings) -> None:
                 error,
             )
             count_in_process_memory()
-    app.extensions[EXTENSION_KEY] = Metrics()
+    app.extensions[METRICS] = Metrics()
     app.request_class = RuleInEnvironRequest
-
-
-def metrics_of(app: Flask) -> Metrics | None:
-    """Return the metrics of ``app``, or None when METRICS is off."""
-    metrics: Metrics | None = app.extensions.get(EXTENSION_KEY)
-    return metrics
 
 
 class RuleInEnvironRequest(Request):

@@ -22,8 +22,9 @@ from collections.abc import Collection
 
 from flask import Response, current_app
 
-from app.compat.private_apis import write_merged_metric_file
+from app.compat.prometheus import write_merged_metric_file
 from app.config.parsers import IPNetwork
+from app.extensions import metrics_of
 from app.observability.metric_files import (
     FOLDER_VARIABLE,
     KINDS,
@@ -31,7 +32,6 @@ from app.observability.metric_files import (
     merge_lock,
     worker_files,
 )
-from app.observability.metrics import metrics_of
 
 logger = logging.getLogger(__name__)
 

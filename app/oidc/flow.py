@@ -15,7 +15,7 @@ from flask import current_app, request, session
 from joserfc.errors import JoseError
 from werkzeug.exceptions import BadRequest
 
-from app.compat.private_apis import forget_old_pending_logins, pending_login_key
+from app.compat.authlib import forget_old_pending_logins, pending_login_key
 from app.config.settings import Settings
 from app.oidc.provider import ProviderClient, provider_unreachable
 

@@ -27,8 +27,8 @@ import orjson
 from flask import Flask
 
 from app.config.settings import Settings
+from app.extensions import OPENAPI_JSON
 
-EXTENSION_KEY = "openapi_json"
 DISTRIBUTION = "token-service"
 #: The checkout's project file, when the service runs from one.
 SOURCE_PROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -50,10 +50,10 @@ PROVIDER_PATHS = ("/auth/{provider}/login", "/auth/{provider}/callback")
 
 def openapi_json(app: Flask) -> bytes:
     """Return the app's OpenAPI document as JSON bytes, built on the first call only."""
-    document: bytes | None = app.extensions.get(EXTENSION_KEY)
+    document: bytes | None = app.extensions.get(OPENAPI_JSON)
     if document is None:
         document = orjson.dumps(openapi_document(app))
-        app.extensions[EXTENSION_KEY] = document
+        app.extensions[OPENAPI_JSON] = document
     return document
 
 

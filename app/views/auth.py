@@ -10,24 +10,24 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests, Unauthorized
 from werkzeug.routing import BaseConverter
 
-from app.auth.keys import get_key_ring
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
-from app.auth.users import get_user_directory, username_problem
-from app.backends import get_store
+from app.auth.users import username_problem
 from app.backends.counters import CountersUnavailableError
 from app.backends.token_store import Outcome, shown_digest, successor_of
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 from app.events import Event, Reason
-from app.extensions import current_settings
+from app.extensions import (
+    current_settings,
+    get_key_ring,
+    get_login_failure_limit,
+    get_rate_limiter,
+    get_store,
+    get_user_directory,
+)
 from app.http.request_body import missing, optional_string, read_fields, required_string
 from app.http.request_log import note
 from app.http.responses import bodiless, json_response
-from app.limits.address import get_rate_limiter
-from app.limits.login_failures import (
-    DEVICE_COOKIE,
-    DEVICE_COOKIE_LIFETIME,
-    get_login_failure_limit,
-)
+from app.limits.login_failures import DEVICE_COOKIE, DEVICE_COOKIE_LIFETIME
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"

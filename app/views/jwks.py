@@ -9,8 +9,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import NotFound
 
-from app.auth.keys import get_key_ring
-from app.extensions import current_settings
+from app.extensions import current_settings, get_key_ring
 
 bp = Blueprint("jwks", __name__)
 

@@ -14,15 +14,13 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, url_for
 from werkzeug.exceptions import Forbidden, NotFound
 
-from app.auth.keys import get_key_ring
 from app.auth.tokens import issue_cookie_token
 from app.config.settings import Settings
 from app.events import Reason
-from app.extensions import current_settings
+from app.extensions import current_settings, get_key_ring, get_login_flow
 from app.http.guards import log_out_cookie_token
 from app.http.request_log import note
 from app.http.responses import bodiless
-from app.oidc import login_flow
 from app.oidc.cross_site import is_cross_site
 from app.oidc.login_state import ROUTE_PREFIX
 
@@ -74,7 +72,7 @@ def _refuse_cross_site(*, navigation: bool = False) -> None:
 
 
 def _flow_of(provider: str) -> LoginFlow:
-    flow = login_flow()
+    flow = get_login_flow()
     if flow is None or provider not in flow.clients:
         raise NotFound("unknown identity provider")
     return flow

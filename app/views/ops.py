@@ -5,8 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 
-from app.backends import get_store
-from app.extensions import current_settings
+from app.extensions import current_settings, get_store
 from app.http.responses import json_response
 from app.observability.metrics_scrape import metrics_response
 from app.openapi.document import openapi_json

@@ -1,0 +1,44 @@
+"""What the service relies on in gunicorn beyond its public API.
+
+The gthread worker's accept switch, wrapped so that a stopping worker refuses new
+connections at once.
+
+tests/unit/test_compat.py checks each assumption against the installed release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The distribution and the release (major.minor) whose internals were checked.
+DISTRIBUTION = "gunicorn"
+CHECKED_VERSION = "27.0"
+
+
+def refuse_new_connections_when_stopping(worker: Any) -> None:
+    """Make a stopping gthread ``worker`` take what waits in its listen queue, then close
+    its copy of the listening socket.
+
+    gthread leaves new connections in the queue until the worker exits, and the kernel
+    then resets them after nginx has sent a request on them, which nginx may not pass
+    on if it is a POST. Refused instead, nginx passes any request to the next server of
+    its upstream, since nothing was sent. A HUP's new workers and the master keep the
+    port open: only the worker's own copy closes.
+    """
+    enable_accept = getattr(worker, "set_accept_enabled", None)
+    if enable_accept is None:  # not a gthread worker
+        return
+
+    def set_accept_enabled(enabled: bool) -> None:
+        enable_accept(enabled)
+        if enabled or worker.alive:
+            return
+        for listener in worker.sockets:
+            for _ in range(worker.worker_connections):  # what waits in the queue, bounded
+                accepted = worker.nr_conns
+                worker.accept(listener)  # answered with "Connection: close" (stopping)
+                if worker.nr_conns == accepted:
+                    break
+            listener.close()
+
+    worker.set_accept_enabled = set_accept_enabled
