@@ -13,7 +13,7 @@ PIP = $$(if $(BIN)/python -m pip --version >/dev/null 2>&1; then echo $(BIN)/pyt
     echo $(PYTHON) -m pip --python $(BIN)/python; \
   else $(BIN)/python -m ensurepip --default-pip >/dev/null && echo $(BIN)/python -m pip; fi)
 PIP_INSTALL = $(PIP) install --quiet --disable-pip-version-check --require-hashes
-OIDC_PROVIDER := tests/oidc_provider
+OIDC_PROVIDER := tests/system/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 SERVER_MARKERS := gunicorn or redis or postgres or nginx or oidc or disk or browser
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench import paired, report, scale, servers
-from tests.postgres_server import PostgresServer
+from tests.helpers.postgres_server import PostgresServer
 
 RESULTS = servers.BENCH / "results"
 #: Highest CPU per /token request on the full database, as a multiple of the empty one's.

@@ -1,68 +1,47 @@
-"""The tests' fixtures, loaded from tests/fixtures/ (one module per concern).
+"""The suite's fixtures, from tests/helpers/ (one module per concern), and its kinds.
 
-The helpers are importable from here too (``from tests.conftest import login``), as
-they always were.
+The suites are laid out by kind, each kind a folder and a marker of the same name
+(``pytest -m unit``): ``unit`` (no app), ``api`` (the app through Flask's test client, on
+SQLite), ``backends`` (the store and counters contracts, on every backend), ``system``
+(real gunicorn, nginx, Redis, PostgreSQL, browsers, reloads, faults, full disks) and
+``meta`` (the README, the Makefile, packaging, the layers, the bench). Helpers are
+imported from tests/helpers/, never from here.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-# Before the imports below, so that their asserts report like the tests' own.
-pytest.register_assert_rewrite("tests.fixtures")
-
-from tests.fixtures.apps import DEFAULT_ALGORITHM, ServiceKey  # noqa: E402
-from tests.fixtures.servers import (  # noqa: E402
-    Gunicorn,
-    free_port,
-    fresh,
-    listening_socket,
-    stop_process,
-    wait_until,
-)
-from tests.fixtures.stores import STORE_BACKENDS, store_param, stored_contents  # noqa: E402
-from tests.fixtures.tokens import (  # noqa: E402
-    P256_ORDER,
-    bearer,
-    ecdsa_twin,
-    es256_signature,
-    login,
-    make_token,
-    unsigned_token,
-    valid_claims,
-    with_es256_signature,
-)
-from tests.fixtures.tools import IN_CI, ROOT, require_tool, which  # noqa: E402
+# Before the plugins load, so that the helpers' asserts report like the tests' own.
+pytest.register_assert_rewrite("tests.helpers")
 
 pytest_plugins = [
-    "tests.fixtures.apps",
-    "tests.fixtures.servers",
-    "tests.fixtures.stores",
+    "tests.helpers.apps",
+    "tests.helpers.servers",
+    "tests.helpers.stores",
 ]
 
-__all__ = [
-    "DEFAULT_ALGORITHM",
-    "IN_CI",
-    "P256_ORDER",
-    "ROOT",
-    "STORE_BACKENDS",
-    "Gunicorn",
-    "ServiceKey",
-    "bearer",
-    "ecdsa_twin",
-    "es256_signature",
-    "free_port",
-    "fresh",
-    "listening_socket",
-    "login",
-    "make_token",
-    "require_tool",
-    "stop_process",
-    "store_param",
-    "stored_contents",
-    "unsigned_token",
-    "valid_claims",
-    "wait_until",
-    "which",
-    "with_es256_signature",
-]
+#: Each kind of test: its folder under tests/ and its marker.
+KINDS = {
+    "unit": "no app: functions and classes on their own",
+    "api": "the app through Flask's test client, on SQLite",
+    "backends": "the store and counters contracts, run on every backend",
+    "system": "real servers: gunicorn, nginx, Redis, PostgreSQL, a browser, faults",
+    "meta": "the README, the Makefile, packaging, the layers, the bench",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind, what in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {what} (tests/{kind}/)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its kind, the folder it lives in."""
+    for item in items:
+        kind = item.path.relative_to(TESTS).parts[0]
+        if kind in KINDS:
+            item.add_marker(kind)

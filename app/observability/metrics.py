@@ -53,7 +53,7 @@ UNMATCHED = "unmatched"
 #: The token counter's ``event`` label values.
 TOKEN_EVENTS = ("issued", "refreshed", "revoked")
 #: What each security event adds to the token counter. Every event is listed, so that a
-#: new one is counted by decision, not forgotten (tests/test_metrics.py checks it).
+#: new one is counted by decision, not forgotten (tests/api/test_metrics.py checks it).
 TOKEN_EVENT_OF: dict[str, str | None] = {
     Event.LOGIN: "issued",
     Event.REFRESH: "refreshed",

@@ -3,7 +3,7 @@
 No gateway in front: each request carries ``Authorization: Bearer <access token>``, and
 this service checks it with the public keys of ``/.well-known/jwks.json`` (the token
 service signs with ``SIGNING_ALGORITHM=EdDSA``; for ES256, change ``ALGORITHMS``). Flask
-and PyJWT only; docs/gateway.md explains it, and tests/test_gateway_example.py runs it
+and PyJWT only; docs/gateway.md explains it, and tests/system/test_gateway_example.py runs it
 against the real service, through a key rotation. Try it::
 
     SIGNING_ALGORITHM=EdDSA make run      # the token service, on 127.0.0.1:8080

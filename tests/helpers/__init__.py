@@ -1,0 +1,1 @@
+"""Helpers the suites import, and the fixtures conftest.py loads from here."""

@@ -1,0 +1,148 @@
+"""Real servers: free loopback ports, waiting for readiness, gunicorn, stopping by PID.
+
+Each xdist worker runs its own: every port is picked by the kernel and every folder is
+the test's own ``tmp_path``, so two workers never share a server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.helpers.tools import ROOT
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not ready after {timeout} s")
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    """Stop a process by its PID: TERM, then KILL if it lingers."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def listening_socket() -> socket.socket:
+    """Return a socket listening on a port of 127.0.0.1 that the kernel picked.
+
+    Handed to a server as an inherited descriptor, the port is never free for
+    another process to take between choosing it and binding it.
+    """
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    listener.set_inheritable(True)
+    return listener
+
+
+@dataclass
+class Gunicorn:
+    """A real gunicorn serving wsgi:app on a loopback port it inherits, already bound."""
+
+    env: dict[str, str]
+    workers: int
+    log_path: Path
+    listener: socket.socket = field(default_factory=listening_socket)
+    process: subprocess.Popen | None = None
+
+    @property
+    def port(self) -> int:
+        return self.listener.getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20) -> Gunicorn:
+        descriptor = self.listener.fileno()
+        command = [
+            sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
+            "-b", f"fd://{descriptor}", "-w", str(self.workers), "wsgi:app",
+        ]  # fmt: skip
+        self.log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(descriptor,),
+        )
+        wait_until(self._ready, timeout, f"gunicorn on port {self.port}")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited: {self.log_path.read_text()[-2000:]}")
+        try:
+            return requests.get(f"{self.url}/healthz", timeout=3).status_code == 200
+        except requests.RequestException:  # refused, or too slow on a loaded machine
+            return False
+
+    def worker_pids(self) -> list[int]:
+        assert self.process is not None
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(pid) for pid in children.read_text().split()]
+
+    def stop(self) -> None:
+        """Stop gunicorn and close the port, so that a client is refused, not left waiting."""
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+            self.log.close()
+        self.listener.close()
+
+
+@pytest.fixture
+def gunicorn_server(tmp_path: Path, store_backend: str | None) -> Iterator[Callable[..., Gunicorn]]:
+    """Return a starter of real gunicorn servers; every one is stopped afterwards."""
+    started: list[Gunicorn] = []
+
+    def start(env: dict[str, str] | None = None, workers: int = 3, *, run: bool = True) -> Gunicorn:
+        base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
+        base.update({"INSTANCE_PATH": str(tmp_path / "instance"), "LOG_LEVEL": "WARNING"})
+        if store_backend is not None:
+            base["TOKEN_STORE_URL"] = store_backend
+        base.update(env or {})
+        server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log")
+        started.append(server)
+        return server.start() if run else server  # run=False: the port is known, start later
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def fresh(method: str, url: str, **kwargs: Any) -> requests.Response:
+    """Send one request on a new connection, so gunicorn may pick any worker."""
+    with requests.Session() as session:
+        return session.request(method, url, timeout=15, **kwargs)
