@@ -36,7 +36,7 @@ def load_settings(overrides=None, environ=None) -> Settings:
 
 def test_defaults(monkeypatch, tmp_path):
     assert str(ROOT / "instance") == app.config.settings.DEFAULT_INSTANCE_PATH
-    monkeypatch.setattr(app.config, "DEFAULT_INSTANCE_PATH", str(tmp_path / "instance"))
+    monkeypatch.setattr(app.config.settings, "DEFAULT_INSTANCE_PATH", str(tmp_path / "instance"))
     settings = load_settings(environ={})
     assert settings.admin_username == "admin"
     assert settings.access_token_lifetime == 60
