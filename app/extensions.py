@@ -16,7 +16,7 @@ from flask import Flask, current_app
 if TYPE_CHECKING:
     from app.auth.keys import KeyRing
     from app.auth.users import UserDirectory
-    from app.backends.token_store import RefreshTokenStore
+    from app.backends.interface import RefreshTokenStore
     from app.config.settings import Settings
     from app.limits.address import RateLimiter
     from app.limits.login_failures import LoginFailureLimit

@@ -41,8 +41,8 @@ def prefill(path: Path, count: int, batch: int = 50_000) -> float:
     The store's own schema and digest function; rows go in by batches, sorted within
     each, in one transaction. Return the seconds it took.
     """
+    from app.backends.interface import token_digest
     from app.backends.sqlite.tables import SCHEMA
-    from app.backends.token_store import token_digest
 
     started = time.monotonic()
     salt = os.urandom(16).hex()

@@ -32,7 +32,7 @@ def prefill(url: str, count: int, batch: int = 100_000) -> float:
     import psycopg
 
     from app.backends import open_store
-    from app.backends.token_store import token_digest
+    from app.backends.interface import token_digest
 
     open_store(url, timeout=30).ping()  # the schema, as the service makes it
     started = time.monotonic()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.backends.token_store import (
+from app.backends.interface import (
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
-    StoreUnavailableError,
     TokenRecord,
     shown_digest,
     successor_of,
@@ -21,12 +21,12 @@ from app.config.store_url import parse_store_url
 from app.extensions import TOKEN_STORE
 
 __all__ = [
+    "BackendUnavailable",
     "Outcome",
     "RefreshTokenPolicy",
     "RefreshTokenStore",
     "Revocation",
     "Rotation",
-    "StoreUnavailableError",
     "TokenRecord",
     "get_store",
     "init_store",
@@ -100,7 +100,7 @@ def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:
     """
     try:
         store.ping()
-    except StoreUnavailableError as error:
+    except BackendUnavailable as error:
         app.logger.warning(
             "token store unavailable at start: %s; the requests that need it answer 503"
             " until it answers",

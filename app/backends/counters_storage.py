@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from app.backends.counters import SQLITE_FILE_NAME, Counters
-from app.backends.token_store import RefreshTokenStore
+from app.backends.interface import SQLITE_FILE_NAME, Counters, RefreshTokenStore
 from app.config.settings import Settings
 from app.config.store_url import parse_store_url
 

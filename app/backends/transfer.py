@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from app.backends.interface import BackendUnavailable, RefreshTokenStore
 from app.backends.postgres.client import postgres_location
 from app.backends.redis.client import redis_location
-from app.backends.token_store import RefreshTokenStore, StoreUnavailableError
 
 #: Tokens written per transaction (or per pipeline).
 BATCH = 1000
@@ -77,11 +77,11 @@ class Copied:
 def copy_tokens(source: RefreshTokenStore, target: RefreshTokenStore) -> Copied:
     """Copy every unexpired token and deny entry of ``source`` into the empty ``target``;
     raise CopyRefusedError if ``target`` is ``source`` or holds anything, and
-    StoreUnavailableError if either cannot be read or written."""
+    BackendUnavailable if either cannot be read or written."""
     try:
         return _copy(source, target)
     except _failures() as error:
-        raise StoreUnavailableError(f"{type(error).__name__}: {error}") from error
+        raise BackendUnavailable(f"{type(error).__name__}: {error}") from error
 
 
 def _failures() -> tuple[type[BaseException], ...]:

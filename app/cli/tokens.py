@@ -13,7 +13,7 @@ from flask.cli import AppGroup
 
 from app.auth.tokens import REFRESH_TOKEN_LENGTH
 from app.backends import open_store
-from app.backends.token_store import StoreUnavailableError, shown_digest
+from app.backends.interface import BackendUnavailable, shown_digest
 from app.backends.transfer import CopyRefusedError, copy_tokens
 from app.cli.arguments import InputError, read_one_line, valid_username
 from app.config.parsers import ConfigError, store_url
@@ -37,7 +37,7 @@ def store_errors() -> Iterator[None]:
     """Turn an unreachable store into a one-line error and exit status 1."""
     try:
         yield
-    except StoreUnavailableError as error:
+    except BackendUnavailable as error:
         raise click.ClickException(f"the token store is unavailable: {error}") from None
 
 

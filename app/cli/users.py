@@ -21,7 +21,7 @@ from app.auth.users import (
     read_users_file,
     username_problem,
 )
-from app.backends.token_store import StoreUnavailableError
+from app.backends.interface import BackendUnavailable
 from app.cli.arguments import read_one_line, valid_username
 from app.events import Event
 from app.extensions import current_settings, get_store
@@ -97,7 +97,7 @@ def revoke_tokens(name: str, change: str) -> str:
     """
     try:
         revoked = get_store().revoke_all(name)
-    except StoreUnavailableError as error:
+    except BackendUnavailable as error:
         raise click.ClickException(
             f"{change}, but its refresh tokens were not revoked, the token store is"
             f" unavailable: {error}; run `flask tokens revoke-user {name}` once it answers"

@@ -19,7 +19,7 @@ from werkzeug.exceptions import (
 )
 from werkzeug.wrappers import Response as WSGIResponse
 
-from app.backends.token_store import StoreUnavailableError
+from app.backends.interface import BackendUnavailable
 from app.config.settings import MAX_BODY_BYTES
 from app.http.request_log import note
 
@@ -86,7 +86,7 @@ def render_http_error(error: HTTPException) -> WSGIResponse:
     return response
 
 
-def render_store_unavailable(error: StoreUnavailableError) -> WSGIResponse:
+def render_store_unavailable(error: BackendUnavailable) -> WSGIResponse:
     """Answer 503 when the refresh-token store cannot be reached: a retry may succeed."""
     current_app.logger.warning("refresh-token store unavailable: %s", error)
     note(store_error="1")
@@ -130,5 +130,5 @@ def _short(name: str) -> str:
 def register_error_handlers(app: Flask) -> None:
     """Route every error the app can raise to its renderer."""
     app.register_error_handler(HTTPException, render_http_error)
-    app.register_error_handler(StoreUnavailableError, render_store_unavailable)
+    app.register_error_handler(BackendUnavailable, render_store_unavailable)
     app.register_error_handler(Exception, render_unexpected_error)

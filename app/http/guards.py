@@ -20,7 +20,7 @@ from app.auth.tokens import (
     verify_access_token,
     verify_cookie_token,
 )
-from app.backends.token_store import token_digest
+from app.backends.interface import token_digest
 from app.events import Event, Reason
 from app.extensions import current_settings, get_key_ring, get_store
 from app.http.errors import forbidden_response, unauthenticated_response
@@ -73,7 +73,7 @@ def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
 
     A token logged out (``log_out_cookie_token``) is refused too: the store is read, after
     the signature, so only a token of ours costs a look-up; a store that cannot answer
-    raises StoreUnavailableError (a 503), never a pass.
+    raises BackendUnavailable (a 503), never a pass.
     """
     token = cookie_token()
     if token is None:

@@ -35,15 +35,15 @@ from collections.abc import Callable
 from flask import Flask, has_request_context, request
 from limits import RateLimitItem
 
-from app.backends.counters import (
+from app.backends.counters_storage import open_storage
+from app.backends.interface import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
+    BackendUnavailable,
     Counters,
-    CountersUnavailableError,
     seconds_until_free,
     windows_of,
 )
-from app.backends.counters_storage import open_storage
 from app.config.parsers import IPNetwork
 from app.config.settings import Settings
 from app.extensions import RATE_LIMITER, TOKEN_STORE
@@ -107,7 +107,7 @@ class RateLimiter:
         counters = [(f"{endpoint}/{key}{suffix}", window) for _, window, suffix in self.windows]
         try:
             counted = self.storage.hit(counters)
-        except CountersUnavailableError as error:
+        except BackendUnavailable as error:
             self._storage_failed(error)
             return None
         if self._failing:

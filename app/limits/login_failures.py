@@ -53,15 +53,15 @@ from flask import Flask
 from limits import RateLimitItem
 
 from app.auth.keys import KeyRing
-from app.backends.counters import (
+from app.backends.counters_storage import open_storage
+from app.backends.interface import (
     FAILURE_LOG_INTERVAL,
     RETRY_AFTER_FAILURE,
+    BackendUnavailable,
     Counters,
-    CountersUnavailableError,
     seconds_until_free,
     windows_of,
 )
-from app.backends.counters_storage import open_storage
 from app.config.settings import HS256, Settings
 from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, TOKEN_STORE
 
@@ -102,7 +102,7 @@ class LoginFailureLimit:
         else the seconds until the window that refused it frees (at least 1).
 
         ``device``: the nonce of a valid device cookie (``device_of``), whose counters
-        count the check instead of the username's. Raise CountersUnavailableError when
+        count the check instead of the username's. Raise BackendUnavailable when
         the counters do not answer (refuse the login).
         """
         if self._refusing_until and self.clock() < self._refusing_until:
@@ -112,7 +112,7 @@ class LoginFailureLimit:
             counted = self.storage.hit(
                 [(key, window) for key, (_, window, _) in zip(keys, self.windows, strict=True)]
             )
-        except CountersUnavailableError as error:
+        except BackendUnavailable as error:
             self._failed(error)
         if self._refusing_until:
             self._recovered()
@@ -124,7 +124,7 @@ class LoginFailureLimit:
             self.storage.forgive(
                 self.keys(username) if device is None else self.device_keys(device)
             )
-        except CountersUnavailableError as error:  # the user is in; one failure too many
+        except BackendUnavailable as error:  # the user is in; one failure too many
             logger.warning("login failure limit: a success not taken back: %s", error)
 
     def keys(self, username: str) -> list[str]:
@@ -161,7 +161,7 @@ class LoginFailureLimit:
         mac = hmac.new(self._device_key, message, hashlib.sha256).digest()[:16]
         return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
-    def _failed(self, error: CountersUnavailableError | None) -> NoReturn:
+    def _failed(self, error: BackendUnavailable | None) -> NoReturn:
         """Refuse for a second without trying again, log at most once a minute, and raise."""
         now = self.clock()
         with self._lock:
@@ -178,7 +178,7 @@ class LoginFailureLimit:
                 error or "still failing",
                 f" ({unreported} more since the last message)" if unreported else "",
             )
-        raise error or CountersUnavailableError("failed less than a second ago")
+        raise error or BackendUnavailable("failed less than a second ago")
 
     def _recovered(self) -> None:
         with self._lock:

@@ -12,8 +12,7 @@ from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
 from app.auth.users import username_problem
-from app.backends.counters import CountersUnavailableError
-from app.backends.token_store import Outcome, shown_digest, successor_of
+from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 from app.events import Event, Reason
 from app.extensions import (
@@ -206,7 +205,7 @@ def check_password(username: str, password: str | None) -> str | None:
         device = failures.device_of(username, users.hash_of(username), cookie)
         try:
             wait = failures.attempt(username, device)
-        except CountersUnavailableError:
+        except BackendUnavailable:
             note(rate_limit_error="1")
             raise ServiceUnavailable(
                 "login is unavailable, try again shortly", retry_after=1

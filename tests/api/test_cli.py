@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.backends.token_store import token_digest
+from app.backends.interface import token_digest
 from tests.helpers.tokens import login
 from tests.helpers.tools import ROOT
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.users import HASHER
-from app.backends.counters import SQLITE_FILE_NAME
+from app.backends.interface import SQLITE_FILE_NAME
 from app.config.parsers import ConfigError
 from app.config.settings import DEFAULT_LOGIN_FAILURE_LIMIT, Settings
 from app.views.auth import LOGIN_LIMITED_MESSAGE

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.auth import tokens
 from app.auth.tokens import issue_access_token, issue_cookie_token, logout_digest
-from app.backends.token_store import token_digest
+from app.backends.interface import token_digest
 from app.extensions import KEY_RING
 from app.oidc.cross_site import origin_of
 from tests.backends.test_store import Clock

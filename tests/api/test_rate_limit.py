@@ -15,7 +15,7 @@ import pytest
 from argon2 import PasswordHasher
 
 import app.limits.address
-from app.backends.counters import SQLITE_FILE_NAME
+from app.backends.interface import SQLITE_FILE_NAME
 from app.config.parsers import ConfigError
 from app.config.settings import DEFAULT_RATE_LIMIT_AUTH, Settings
 from tests.api.test_openapi import assert_documented, document_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.backends.token_store import token_digest
+from app.backends.interface import token_digest
 from tests.backends.test_rotation import assert_unauthorized, refresh, rotated
 from tests.backends.test_store import Clock
 from tests.helpers.tokens import login

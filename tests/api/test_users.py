@@ -650,13 +650,13 @@ def test_a_login_that_upgrades_its_hash_keeps_its_token(directory_app, users_fil
 def test_a_change_with_the_store_down_says_the_tokens_were_not_revoked(
     directory_app, users_file, args, monkeypatch
 ):
-    from app.backends.token_store import StoreUnavailableError
+    from app.backends.interface import BackendUnavailable
 
     app = directory_app()
     store = app.extensions["token_store"]
 
     def unavailable(username: str) -> int:
-        raise StoreUnavailableError("connection refused")
+        raise BackendUnavailable("connection refused")
 
     monkeypatch.setattr(store, "revoke_all", unavailable)
     result = app.test_cli_runner().invoke(args=["users", *args], input="new password\n")

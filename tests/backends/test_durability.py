@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from app.backends.interface import BackendUnavailable
 from app.backends.sqlite.store import SQLiteTokenStore
-from app.backends.token_store import StoreUnavailableError
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from tests.helpers.tokens import login
@@ -105,7 +105,7 @@ def test_a_failed_revoke_leaves_the_connection_at_normal(store_factory, monkeypa
         raise __import__("sqlite3").OperationalError("disk I/O error")
 
     monkeypatch.setattr("app.backends.sqlite.store.token_digest", broken)
-    with pytest.raises(StoreUnavailableError, match="disk I/O error"):
+    with pytest.raises(BackendUnavailable, match="disk I/O error"):
         store.revoke("t1")
     monkeypatch.undo()
     assert recorder.current_level() == "NORMAL"

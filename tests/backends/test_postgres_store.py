@@ -18,18 +18,18 @@ import pytest
 from app import create_app
 from app.auth.tokens import new_refresh_token
 from app.backends import open_store
-from app.backends.postgres.process import handing_over
-from app.backends.postgres.schema import SCHEMA_VERSION, read_sql
-from app.backends.token_store import (
+from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     Revocation,
-    StoreUnavailableError,
     lineage_digest,
     successor_of,
     token_digest,
 )
+from app.backends.postgres.process import handing_over
+from app.backends.postgres.schema import SCHEMA_VERSION, read_sql
 from app.config.parsers import ConfigError
 from tests.backends.test_store import OPERATIONS
 from tests.helpers.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
@@ -616,7 +616,7 @@ def test_a_frozen_server_fails_each_call_within_its_timeout(steady_server):
             started = time.monotonic()
             # the call that waited on the frozen server, or the next one, waiting for a
             # connection that the frozen server does not complete
-            with pytest.raises(StoreUnavailableError, match=r"NoAnswerError|PoolTimeout"):
+            with pytest.raises(BackendUnavailable, match=r"NoAnswerError|PoolTimeout"):
                 OPERATIONS[name](store)
             assert time.monotonic() - started < 4 * timeout  # one wait, not a hang
     finally:
@@ -711,7 +711,7 @@ def test_connections_killed_during_rotations_never_leave_half_a_rotation(steady_
         for _ in range(50):
             try:
                 return call(*args)
-            except StoreUnavailableError:
+            except BackendUnavailable:
                 continue
         raise AssertionError("never answered")
 
@@ -721,14 +721,14 @@ def test_connections_killed_during_rotations_never_leave_half_a_rotation(steady_
             try:
                 store.issue(token, f"user{worker}")
                 break
-            except StoreUnavailableError:
+            except BackendUnavailable:
                 token = new_refresh_token()
         seen: Counter = Counter()
         for _ in range(ROTATIONS_PER_THREAD):
             successor = new_refresh_token()
             try:
                 outcome = store.rotate(token, successor, f"user{worker}").outcome
-            except StoreUnavailableError:
+            except BackendUnavailable:
                 # unanswered: it happened whole or not at all, never half
                 owners = (settled(store.owner_of, token), settled(store.owner_of, successor))
                 assert owners in {(f"user{worker}", None), (None, f"user{worker}")}, owners

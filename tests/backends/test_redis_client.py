@@ -6,11 +6,10 @@ import socket
 
 import pytest
 
-from app.backends.counters import CountersUnavailableError
+from app.backends.interface import BackendUnavailable
 from app.backends.redis.client import ProcessClient, read_lua, redis_location
 from app.backends.redis.counters import RedisCounters
 from app.backends.redis.store import RedisTokenStore
-from app.backends.token_store import StoreUnavailableError
 from app.config.store_url import parse_store_url, sqlite_url
 
 
@@ -63,9 +62,9 @@ def refused_port() -> int:
 def test_both_users_turn_a_failure_into_their_own_error_without_the_password():
     url = f"redis://:hunter2-secret@127.0.0.1:{refused_port()}/0"
     store, counters = RedisTokenStore(url, timeout=1), RedisCounters(url, 1, 1)
-    with pytest.raises(StoreUnavailableError, match=r"^Redis store 127\.0\.0\.1:\d+ db 0: ") as a:
+    with pytest.raises(BackendUnavailable, match=r"^Redis store 127\.0\.0\.1:\d+ db 0: ") as a:
         store.ping()
-    with pytest.raises(CountersUnavailableError, match=r"^Redis 127\.0\.0\.1:\d+ db 0: ") as b:
+    with pytest.raises(BackendUnavailable, match=r"^Redis 127\.0\.0\.1:\d+ db 0: ") as b:
         counters.hit([("login/192.0.2.1/5/60", 60)])
     for error in (a.value, b.value):
         assert "ConnectionError" in str(error)

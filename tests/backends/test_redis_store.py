@@ -14,13 +14,13 @@ from redis.connection import AbstractConnection
 from app import create_app
 from app.auth.tokens import new_refresh_token
 from app.backends import open_store
-from app.backends.redis.store import RedisTokenStore
-from app.backends.token_store import (
+from app.backends.interface import (
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
-    StoreUnavailableError,
     token_digest,
 )
+from app.backends.redis.store import RedisTokenStore
 from app.config.parsers import ConfigError
 from tests.backends.test_store import OPERATIONS
 from tests.helpers.servers import free_port, wait_until
@@ -197,7 +197,7 @@ def test_every_redis_failure_is_store_unavailable(store, monkeypatch, operation,
         raise error
 
     monkeypatch.setattr(AbstractConnection, "read_response", fail)
-    with pytest.raises(StoreUnavailableError, match=type(error).__name__):
+    with pytest.raises(BackendUnavailable, match=type(error).__name__):
         OPERATIONS[operation](store)
 
 
@@ -211,9 +211,9 @@ def test_read_only_replica_refuses_writes_as_unavailable(redis_server):
     with server.client() as client:
         client.replicaof("127.0.0.1", stopped.port)  # a replica of nobody: read-only
         try:
-            with pytest.raises(StoreUnavailableError, match="ReadOnlyError"):
+            with pytest.raises(BackendUnavailable, match="ReadOnlyError"):
                 store.issue(new_refresh_token(), "alice")
-            with pytest.raises(StoreUnavailableError, match="ReadOnlyError"):
+            with pytest.raises(BackendUnavailable, match="ReadOnlyError"):
                 store.revoke(token)
             assert store.owner_of(token) == "alice"  # reads still answer
         finally:
@@ -232,7 +232,7 @@ def test_frozen_redis_answers_within_one_timeout_not_many(redis_server):
     try:
         for operation in OPERATIONS.values():
             started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match="TimeoutError"):  # it waited
+            with pytest.raises(BackendUnavailable, match="TimeoutError"):  # it waited
                 operation(store)
             # a retry would wait the timeout again: a generous bound still tells one from two
             assert time.monotonic() - started < 2 * timeout
@@ -255,7 +255,7 @@ def test_a_login_that_timed_out_on_a_frozen_redis_may_be_stored_and_counts_for_t
     store.issue(second, "alice")
     server.freeze()
     try:
-        with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+        with pytest.raises(BackendUnavailable, match="TimeoutError"):
             store.issue(unanswered, "alice")
     finally:
         server.thaw()
@@ -270,7 +270,7 @@ def test_restarted_redis_is_used_again_from_the_first_call(redis_server):
     token = new_refresh_token()
     store.issue(token, "alice")
     server.stop()
-    with pytest.raises(StoreUnavailableError):
+    with pytest.raises(BackendUnavailable):
         store.owner_of(token)
     server.start()
     assert store.owner_of(token) == "alice"
@@ -295,7 +295,7 @@ def test_error_messages_never_show_the_password(redis_server):
     server = redis_server()
     server.stop()
     store = open_store(f"redis://user:hunter2-secret@127.0.0.1:{server.port}/3", timeout=1)
-    with pytest.raises(StoreUnavailableError) as raised:
+    with pytest.raises(BackendUnavailable) as raised:
         store.ping()
     assert "hunter2" not in str(raised.value)
     assert f"127.0.0.1:{server.port} db 3" in str(raised.value)
@@ -397,9 +397,9 @@ def test_rediss_url_speaks_tls(redis_server, tmp_path):
     assert store.owner_of(token) == "alice"
     store.close()
     untrusting = open_store(f"rediss://127.0.0.1:{server.port}/0", timeout=2)
-    with pytest.raises(StoreUnavailableError, match="certificate verify failed"):
+    with pytest.raises(BackendUnavailable, match="certificate verify failed"):
         untrusting.ping()
-    with pytest.raises(StoreUnavailableError):  # plain text to a TLS port
+    with pytest.raises(BackendUnavailable):  # plain text to a TLS port
         open_store(f"redis://127.0.0.1:{server.port}/0", timeout=1).ping()
 
 

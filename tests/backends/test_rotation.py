@@ -13,7 +13,7 @@ import jwt
 import pytest
 
 from app.backends import open_store
-from app.backends.token_store import RETIRED_GENERATIONS_KEPT, token_digest
+from app.backends.interface import RETIRED_GENERATIONS_KEPT, token_digest
 from app.config.settings import SQLITE_FILE_NAME
 from tests.backends.test_store import Clock
 from tests.helpers.servers import fresh

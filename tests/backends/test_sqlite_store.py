@@ -13,14 +13,14 @@ import pytest
 
 from app.auth.tokens import new_refresh_token
 from app.backends import open_store
-from app.backends.sqlite.files import ProcessWriter, connect_wal
-from app.backends.sqlite.store import SQLiteTokenStore
-from app.backends.token_store import (
+from app.backends.interface import (
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
-    StoreUnavailableError,
     token_digest,
 )
+from app.backends.sqlite.files import ProcessWriter, connect_wal
+from app.backends.sqlite.store import SQLiteTokenStore
 
 #: The schema of the first release, as files made by it hold it.
 FIRST_SCHEMA = """
@@ -273,7 +273,7 @@ def test_a_write_waiting_longer_than_the_timeout_is_503_not_a_hang(path):
     # another thread's long write holds the process's turn
     with store._writer.connection(), ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(store.issue, new_refresh_token(), "bob")
-        with pytest.raises(StoreUnavailableError, match="database is locked"):
+        with pytest.raises(BackendUnavailable, match="database is locked"):
             waiting.result(timeout=10)
     store.issue(new_refresh_token(), "bob")  # free again
     assert store.count() == 2

@@ -21,22 +21,22 @@ from hypothesis import strategies as st
 
 from app.auth.tokens import REFRESH_TOKEN_ALPHABET, new_refresh_token
 from app.backends import open_store
-from app.backends.postgres.store import PostgresTokenStore
-from app.backends.redis.store import TOKEN_KEY_PREFIX, RedisTokenStore
-from app.backends.sqlite.store import SQLiteTokenStore
-from app.backends.token_store import (
+from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     LINEAGE_LENGTH,
     RETIRED_GENERATIONS_KEPT,
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
-    StoreUnavailableError,
     lineage_digest,
     successor_of,
     token_digest,
 )
+from app.backends.postgres.store import PostgresTokenStore
+from app.backends.redis.store import TOKEN_KEY_PREFIX, RedisTokenStore
+from app.backends.sqlite.store import SQLiteTokenStore
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from tests.helpers.servers import free_port
@@ -1043,7 +1043,7 @@ def test_unreachable_store_raises_store_unavailable_at_once(unreachable_store_ur
     timeout = 30  # far longer than any answer: only a wait for it would come near it
     store = open_store(unreachable_store_url, timeout=timeout)
     started = time.monotonic()
-    with pytest.raises(StoreUnavailableError):
+    with pytest.raises(BackendUnavailable):
         OPERATIONS[operation](store)
     assert time.monotonic() - started < timeout  # refused at once, not after the timeout
     store.close()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.auth.tokens import new_refresh_token
 from app.backends import open_store, transfer
-from app.backends.token_store import (
+from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
     Outcome,
     RefreshTokenPolicy,

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis
 
+from app.backends.interface import RefreshTokenStore
 from app.backends.postgres.store import PostgresTokenStore
 from app.backends.redis.store import RedisTokenStore
 from app.backends.sqlite.store import SQLiteTokenStore
-from app.backends.token_store import RefreshTokenStore
 from tests.helpers.apps import DEFAULT_ALGORITHM
 from tests.helpers.tools import require_tool
 

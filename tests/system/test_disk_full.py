@@ -24,7 +24,7 @@ import requests
 
 from app.auth.tokens import issue_cookie_token
 from app.auth.users import HASHER
-from app.backends.counters import SQLITE_FILE_NAME
+from app.backends.interface import SQLITE_FILE_NAME
 from app.observability.metric_files import RESERVED_BYTES, reserve_metric_files
 from tests.helpers.servers import fresh, wait_until
 from tests.helpers.tokens import bearer

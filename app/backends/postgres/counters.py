@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from app.backends.counters import CountersUnavailableError
+from app.backends.interface import BackendUnavailable
 from app.backends.postgres.client import POSTGRES_FAILURES, ProcessPool
 from app.backends.postgres.process import Connection
 
@@ -84,4 +84,4 @@ class PostgresCounters:
             with self.client.connection() as connection:
                 yield connection
         except POSTGRES_FAILURES as error:
-            raise CountersUnavailableError(self.client.message("PostgreSQL", error)) from error
+            raise BackendUnavailable(self.client.message("PostgreSQL", error)) from error

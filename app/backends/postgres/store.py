@@ -19,23 +19,23 @@ from typing import Any
 
 import psycopg
 
-from app.backends.postgres.client import POSTGRES_FAILURES, shared_pool
-from app.backends.postgres.process import Connection
-from app.backends.postgres.schema import store_schema
-from app.backends.token_store import (
+from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
-    StoreUnavailableError,
     TokenRecord,
     lineage_digest,
     token_digest,
 )
+from app.backends.postgres.client import POSTGRES_FAILURES, shared_pool
+from app.backends.postgres.process import Connection
+from app.backends.postgres.schema import store_schema
 
 #: Connections each worker process keeps, and at most opens, by default.
 DEFAULT_POOL_MIN = 1
@@ -209,11 +209,11 @@ class PostgresTokenStore(RefreshTokenStore):
         try:
             row: tuple[Any, ...] | None = self.client.execute(statement, parameters, fetch)
         except psycopg.errors.ReadOnlySqlTransaction as error:
-            raise StoreUnavailableError(
+            raise BackendUnavailable(
                 self.client.message("PostgreSQL store", error, READ_ONLY_MESSAGE)
             ) from error
         except POSTGRES_FAILURES as error:
-            raise StoreUnavailableError(self.client.message("PostgreSQL store", error)) from error
+            raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error
         return row
 
     def _value(self, statement: str, parameters: Any) -> Any:
@@ -222,13 +222,13 @@ class PostgresTokenStore(RefreshTokenStore):
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        """Yield a pooled connection; turn every failure into one StoreUnavailableError."""
+        """Yield a pooled connection; turn every failure into one BackendUnavailable."""
         try:
             with self.client.connection() as connection:
                 yield connection
         except psycopg.errors.ReadOnlySqlTransaction as error:
-            raise StoreUnavailableError(
+            raise BackendUnavailable(
                 self.client.message("PostgreSQL store", error, READ_ONLY_MESSAGE)
             ) from error
         except POSTGRES_FAILURES as error:
-            raise StoreUnavailableError(self.client.message("PostgreSQL store", error)) from error
+            raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import redis
 from redis.commands.core import Script
 
-from app.backends.counters import CountersUnavailableError
+from app.backends.interface import BackendUnavailable
 from app.backends.redis.client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 
 KEY_PREFIX = "rl:"
@@ -66,5 +66,5 @@ class RedisCounters:
         """Release this process's connections (reopened on next use)."""
         self._client.close()
 
-    def _unavailable(self, error: BaseException) -> CountersUnavailableError:
-        return CountersUnavailableError(failure_message(f"Redis {self.location}", error))
+    def _unavailable(self, error: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(failure_message(f"Redis {self.location}", error))

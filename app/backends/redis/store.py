@@ -46,21 +46,21 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from app.backends.redis.client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
-from app.backends.token_store import (
+from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
-    StoreUnavailableError,
     TokenRecord,
     lineage_digest,
     token_digest,
 )
+from app.backends.redis.client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
 
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
@@ -123,7 +123,7 @@ class RedisTokenStore(RefreshTokenStore):
     The client is app/backends/redis/client.py's: created lazily in each process, each reply
     bounded by ``timeout`` and each new connection by ``connect_timeout`` (default:
     ``timeout``), nothing retried, so a dead or frozen Redis answers
-    StoreUnavailableError within one timeout, not a multiple.
+    BackendUnavailable within one timeout, not a multiple.
     """
 
     remote = True
@@ -277,8 +277,8 @@ class RedisTokenStore(RefreshTokenStore):
         except REDIS_FAILURES as error:
             raise self._unavailable(error) from error
 
-    def _unavailable(self, error: BaseException) -> StoreUnavailableError:
-        return StoreUnavailableError(failure_message(f"Redis store {self.location}", error))
+    def _unavailable(self, error: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(failure_message(f"Redis store {self.location}", error))
 
     def _open(self) -> _Connection:
         return self._client.get()[1]

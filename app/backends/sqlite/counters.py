@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from app.backends.counters import CountersUnavailableError
+from app.backends.interface import BackendUnavailable
 from app.backends.sqlite.files import ProcessWriter, connect_wal, error_text
 
 SCHEMA = """
@@ -101,7 +101,7 @@ class SQLiteCounters:
             with self._writer.connection() as connection:
                 yield connection
         except (sqlite3.Error, OSError) as error:
-            raise CountersUnavailableError(
+            raise BackendUnavailable(
                 f"SQLite {self.path}: {type(error).__name__}: {error_text(error)}"
             ) from error
 

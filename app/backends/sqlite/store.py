@@ -7,22 +7,22 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
-from app.backends.sqlite.tables import create_schema, forget_live, purge, transaction
-from app.backends.token_store import (
+from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
-    StoreUnavailableError,
     TokenRecord,
     lineage_digest,
     token_digest,
 )
+from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
+from app.backends.sqlite.tables import create_schema, forget_live, purge, transaction
 
 
 class SQLiteTokenStore(RefreshTokenStore):
@@ -314,8 +314,8 @@ class SQLiteTokenStore(RefreshTokenStore):
         except sqlite3.Error as error:
             raise self._unavailable(error) from error
 
-    def _unavailable(self, error: sqlite3.Error) -> StoreUnavailableError:
-        return StoreUnavailableError(f"SQLite store {self.path}: {error_text(error)}")
+    def _unavailable(self, error: sqlite3.Error) -> BackendUnavailable:
+        return BackendUnavailable(f"SQLite store {self.path}: {error_text(error)}")
 
     def _open(self) -> sqlite3.Connection:
         return self._connections.get()

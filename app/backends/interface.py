@@ -1,13 +1,22 @@
-"""The refresh-token store interface that every backend implements."""
+"""What every backend implements: the refresh-token store and the rate limits' counters,
+and the one error any of them raises when it cannot answer.
+
+The family rules the stores keep are stated, and checked on every backend, in
+tests/backends/test_store.py.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
+
+from limits import RateLimitItem
 
 from app.auth.tokens import REFRESH_TOKEN_LENGTH, new_refresh_token
 
@@ -25,8 +34,10 @@ RETIRED_GENERATIONS_KEPT = 20
 LINEAGE_LENGTH = 16
 
 
-class StoreUnavailableError(Exception):
-    """The store cannot be reached or did not answer in time."""
+class BackendUnavailable(Exception):  # noqa: N818  # the name says what the caller meets
+    """The backend cannot be reached or did not answer in time; the message names the
+    cause, never a password. Each caller has its policy: the store's routes answer 503,
+    the address limit lets the request pass, the failed-login limit refuses the login."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,7 @@ class RefreshTokenStore(ABC):
     """Refresh tokens by digest, each recorded with the username it was issued to.
 
     Every method is atomic on its own and safe to call from any process or
-    thread. A backend raises StoreUnavailableError, and nothing else, when it
+    thread. A backend raises BackendUnavailable, and nothing else, when it
     cannot answer.
 
     With rotation, each login starts a *family*: ``rotate`` retires a token and
@@ -232,8 +243,56 @@ class RefreshTokenStore(ABC):
 
     @abstractmethod
     def ping(self) -> None:
-        """Return if the store answers, else raise StoreUnavailableError."""
+        """Return if the store answers, else raise BackendUnavailable."""
 
     @abstractmethod
     def close(self) -> None:
         """Release this process's connections (they are reopened on next use)."""
+
+
+# --- the rate limits' counters ---------------------------------------------------------
+
+#: The counters' SQLite file, in the token store's folder.
+SQLITE_FILE_NAME = "rate_limits.sqlite3"
+#: After a storage failure, requests pass unchecked this long before the next try, so a
+#: frozen store costs one timeout a second per process, not one per request.
+RETRY_AFTER_FAILURE = 1.0
+#: At most one log line about storage failures per this many seconds, per process.
+FAILURE_LOG_INTERVAL = 60.0
+
+
+#: A limit as the counters use it: its amount, its window in seconds, and its keys' end.
+Window = tuple[int, int, str]
+
+
+def windows_of(limits: Sequence[RateLimitItem]) -> list[Window]:
+    """Return each limit's amount, window in seconds, and the end of its counters' keys."""
+    return [
+        (item.amount, item.get_expiry(), f"/{item.amount}/{item.get_expiry()}") for item in limits
+    ]
+
+
+def seconds_until_free(
+    windows: Sequence[Window], counted: Sequence[tuple[int, float]]
+) -> int | None:
+    """Return None if every count is within its limit, else the whole seconds (at least 1)
+    until the last window that refused frees."""
+    waits = [
+        left for (amount, _, _), (hits, left) in zip(windows, counted, strict=True) if hits > amount
+    ]
+    return max(1, math.ceil(max(waits))) if waits else None
+
+
+class Counters(Protocol):
+    """Where the windows are counted: each backend's ``counters`` module."""
+
+    def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
+        """Count one hit on each (key, window in seconds); return each one's hits and the
+        seconds until its window ends. Raise BackendUnavailable on any failure."""
+
+    def forgive(self, keys: Sequence[str]) -> None:
+        """Take back one hit from each running counter of ``keys`` (LOGIN_FAILURE_LIMIT's
+        successful logins). Raise BackendUnavailable on any failure."""
+
+    def close(self) -> None:
+        """Release this process's connections."""
