@@ -38,10 +38,10 @@ bind = [
     if ":" in settings.host
     else f"{settings.host}:{settings.port}"
 ]
-# Chosen by measurement (README, Performance): gthread keeps connections open between
-# requests, which sync workers cannot, so nginx's upstream keepalive saves a TCP connection
-# per request: about 1.5 times the requests per second of sync, at less CPU each. One
-# process per core (the GIL runs one thread at a time); the threads cover store waits.
+# Chosen by measurement (docs/performance.md): gthread keeps connections open between
+# requests, which sync workers cannot, so nginx's upstream keepalive saves a TCP
+# connection per request. One process per core (the GIL runs one
+# thread at a time); the threads cover store waits.
 worker_class = "gthread"
 workers = settings.web_concurrency or max(2, multiprocessing.cpu_count())
 threads = 4

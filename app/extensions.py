@@ -4,7 +4,8 @@ typed getter that reads it back.
 ``create_app`` runs each feature's ``init_<feature>(app, settings)``, which stores the
 feature's object under its key here; code that serves a request or a command reads it
 through the getter, for the app at hand (``current_app``). A feature that is off stores
-None, so every key is always present.
+None, or nothing at all (the third-party login, with no provider), and its getter
+returns None.
 """
 
 from __future__ import annotations

@@ -49,13 +49,13 @@ SECRET_FILE_NAME = "signing_secret"  # noqa: S105 (a file name)
 KEY_FILE_NAMES = {EDDSA: "signing_key_eddsa.pem", ES256: "signing_key_es256.pem"}
 #: Name of the default SQLite file in the instance folder.
 SQLITE_FILE_NAME = "refresh_tokens.sqlite3"
-#: Per client address, on /login and on /token each (README, "Rate limits"): a burst of a
+#: Per client address, on /login and on /token each (docs/rate-limits.md): a burst of a
 #: page's calls passes, a runaway client is stopped within a second, and 600 users behind
 #: one NAT can each refresh a 60-second access token every minute.
 DEFAULT_RATE_LIMIT_AUTH = "20 per second; 600 per minute"
 #: Addresses never limited: the host itself (a local proxy, probes, an operator's curl).
 DEFAULT_RATE_LIMIT_EXEMPT = "127.0.0.0/8, ::1"
-#: Failed password checks per username (README, "Rate limits"), with USERS_FILE.
+#: Failed password checks per username (docs/rate-limits.md), with USERS_FILE.
 DEFAULT_LOGIN_FAILURE_LIMIT = "10 per minute"
 #: Addresses that GET /metrics answers: the host itself (a local Prometheus or agent).
 DEFAULT_METRICS_ALLOW = "127.0.0.0/8, ::1"
@@ -127,7 +127,7 @@ def providers_setting(env: str) -> tuple[IdentityProvider, ...]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting of the service; one environment variable each (see README).
+    """Every setting of the service; one environment variable each (docs/configuration.md).
 
     Build it with ``Settings.load``; ``app.instance.prepare_instance`` then fills in
     what lives in the instance folder (the secret or key file, the store's path).

@@ -5,8 +5,8 @@ password together; this counts per username, whoever asks. It applies only with 
 user directory (USERS_FILE), where a login checks a password.
 
 An attempt is counted *before* its password is checked, in one atomic hit on the
-counters of every window (the rate limits' storage: the SQLite counters file or the
-token store's Redis): concurrent guesses cannot all read "under the limit" and all
+counters of every window (the rate limits' storage: the SQLite counters file, or the
+token store's Redis or PostgreSQL): concurrent guesses cannot all read "under the limit" and all
 be checked. Over the limit, the login is refused before any Argon2 is spent, for a
 known username as for an unknown one. A check that succeeds takes its hit back, so
 only failures count: a user who logs in often is never limited by their own logins.
@@ -29,8 +29,8 @@ many, do not outlive the reset.
 
 When the counters' storage fails, this limit fails *closed*, unlike RATE_LIMIT_AUTH:
 it guards a password, not capacity, and with it off an attacker could guess at full
-speed for as long as the storage stays down (with Redis, the token store is the same
-server, so a login could not complete anyway). Logins are then answered 503 until the
+speed for as long as the storage stays down (with Redis or PostgreSQL, the token store
+is the same server, so a login could not complete anyway). Logins are then answered 503 until the
 storage answers again; the failure is logged at most once a minute per process.
 """
 

@@ -28,8 +28,8 @@ FOLDER_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 #: The kinds of metric the service has, one file each per process (no gauge).
 KINDS = ("counter", "histogram")
 #: Bytes allocated for each file. prometheus_client grows a file (sparse again) only when
-#: its entries outgrow it: the latency histograms of every route fill about 56 KiB; the
-#: request counter, were every route answered with 16 statuses to each of 8 methods, 500.
+#: its entries outgrow it, and every entry the service's routes, statuses, methods and
+#: latency buckets can make fits in this.
 RESERVED_BYTES = 1 << 20
 #: A worker's file: ``<kind>_<pid>.db``, as prometheus_client names a process's files.
 WORKER_FILE = re.compile(r"(?P<kind>counter|histogram)_(?P<pid>[0-9]+)\.db")

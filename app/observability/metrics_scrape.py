@@ -40,7 +40,8 @@ MULTIPROCESS_FOLDER = "metrics"
 #: The file in which a master marks the folder it made as its own: its pid.
 OWNER_FILE = "owner"
 #: Seconds the master waits for the scrapes under way before merging an exited worker's
-#: files (a scrape takes milliseconds); past that it leaves them to the next worker's exit.
+#: files, far longer than a scrape holds the folder; past that it leaves them to the next
+#: worker's exit, so that the master never waits on a stuck scrape.
 MERGE_WAIT_SECONDS = 1.0
 #: Prometheus's classic text format, which every Prometheus version reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -20,7 +20,7 @@ from app.config.settings import Settings
 from app.oidc.provider import ProviderClient, provider_unreachable
 
 #: Logins started and not finished that the cookie remembers; older ones are dropped, so
-#: the cookie never outgrows a browser's 4 KB (each pending login costs ~180 bytes).
+#: that the cookie never outgrows what a browser keeps of one (4 KB).
 MAX_PENDING_LOGINS = 3
 #: Clock skew allowed between the provider and the service on the ID token's times.
 ID_TOKEN_LEEWAY = 60
