@@ -120,7 +120,7 @@ bench-gateway: $(INSTALLED)  ## req/s and p99 through nginx: straight, with the 
 SOAK_SECONDS ?= 600
 SOAK_STORES ?= sqlite redis
 soak: $(INSTALLED)  ## load with faults through nginx, SOAK_SECONDS (600) on SQLite, then on Redis
-	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
+	$(BIN)/python -m tests.system.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .
