@@ -25,8 +25,7 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
-	bench-matrix bench-gateway soak \
+.PHONY: help venv run test test-fast lint typecheck format bench bench-short soak \
 	requirements clean
 
 help:  ## list the targets
@@ -99,28 +98,22 @@ lint: $(INSTALLED)  ## ruff (lint, format), mypy (strict on app/), the layers (l
 typecheck: $(INSTALLED)  ## mypy: strict type check of app/
 	$(BIN)/mypy
 
-# Benchmarks (need wrk: apt-get install wrk); results go to bench/results/.
-bench: $(INSTALLED)  ## the service beside a floor and two peers: 3 rounds, targets
-	$(BIN)/python -m bench.run
+# Benchmarks (docs/performance.md; need wrk, and nginx, redis-server and PostgreSQL for the
+# groups that use them); the report goes to bench/results/. BENCH_ARGS picks the groups
+# (--only main,matrix,gateway,scale), stores, rounds...: .venv/bin/python -m bench.run --help
+BENCH_ARGS ?=
+bench: $(INSTALLED)  ## the service paired against a floor, peers, store floors, nginx: targets
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-bench-short: $(INSTALLED)  ## every scenario once for 1 s; fails on an unexpected status (CI)
+bench-short: $(INSTALLED)  ## every pair once for 1 s; fails on an unexpected status (CI)
 	$(BIN)/python -m bench.run --short
-
-bench-scale: $(INSTALLED)  ## /token on 1,000,000 stored tokens; workers' RSS over 100,000 logins
-	$(BIN)/python -m bench.run --scale
-
-bench-matrix: $(INSTALLED)  ## the store matrix alone: /login and /token on each store vs a store floor
-	$(BIN)/python -m bench.run --matrix
-
-bench-gateway: $(INSTALLED)  ## req/s and p99 through nginx: straight, with the gateway's check, cached
-	$(BIN)/python -m bench.gateway
 
 # The soak (docs/soak.md; needs nginx and redis-server): SOAK_SECONDS of load with faults on
 # each store in SOAK_STORES; the report and its chart go to bench/results/soak-<store>.*
 SOAK_SECONDS ?= 600
 SOAK_STORES ?= sqlite redis
 soak: $(INSTALLED)  ## load with faults through nginx, SOAK_SECONDS (600) on SQLite, then on Redis
-	$(BIN)/python -m bench.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
+	$(BIN)/python -m tests.system.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .

@@ -13,7 +13,7 @@ from functools import wraps
 from flask import Flask, jsonify, request
 from flask_jwt_extended import JWTManager, create_access_token, get_jwt, verify_jwt_in_request
 
-from peers import token_db
+from bench.peers import token_db
 
 app = Flask(__name__)
 # the Flask tutorial's defaults; FLASK_SECRET_KEY replaces the "dev" key

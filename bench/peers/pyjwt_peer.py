@@ -12,7 +12,7 @@ from functools import wraps
 import jwt
 from flask import Flask, g, jsonify, request
 
-from peers import token_db
+from bench.peers import token_db
 
 app = Flask(__name__)
 # the Flask tutorial's defaults; FLASK_SECRET_KEY replaces the "dev" key

@@ -1,17 +1,17 @@
-"""bench/scale_postgres.py: its prefill writes tokens as the PostgreSQL store keeps them."""
+"""The bench's prefill on PostgreSQL: through the store's own ``issue``, in its own layout."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.backends import open_store
-from bench import scale_postgres
+from bench import servers
 
 pytestmark = pytest.mark.postgres
 
 
-def test_the_prefill_writes_live_tokens_of_the_stores_own_layout(postgres_url):
-    scale_postgres.prefill(postgres_url, 10, batch=4)
+def test_the_prefill_writes_live_tokens_through_the_store(postgres_url):
+    servers.prefill(postgres_url, 10)
+    assert servers.stored(postgres_url) == 10
     store = open_store(postgres_url, timeout=2)
-    assert store.count() == 10
     assert [len(store.tokens_of(f"user{n}")) for n in range(3)] == [4, 4, 2]

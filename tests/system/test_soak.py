@@ -1,4 +1,4 @@
-"""The soak's judge (bench/soak/checks.py) and, briefly, the soak itself.
+"""The soak's judge (tests/system/soak/checks.py) and, briefly, the soak itself.
 
 The checks are fed made-up runs, each breaking one promise, and must fail on it and on
 nothing else. Then a short soak runs for real with a refresh token removed from the store
@@ -13,13 +13,13 @@ import re
 
 import pytest
 
-from bench.soak import checks
-from bench.soak.client import NGINX_UNAVAILABLE, STORE_UNAVAILABLE, Answer
-from bench.soak.faults import Fault, Schedule
-from bench.soak.run import Options, Outcome
-from bench.soak.sampler import Sample
-from bench.soak.stack import nginx_binary
 from tests.helpers.tools import require_tool
+from tests.system.soak import checks
+from tests.system.soak.client import NGINX_UNAVAILABLE, STORE_UNAVAILABLE, Answer
+from tests.system.soak.faults import Fault, Schedule
+from tests.system.soak.run import Options, Outcome
+from tests.system.soak.sampler import Sample
+from tests.system.soak.stack import nginx_binary
 
 LOST = "Every refresh token kept still refreshes at the end"
 MEMORY_CHECKS = (
@@ -167,7 +167,7 @@ def test_a_service_whose_workers_all_died_young_cannot_pass_on_memory():
 @pytest.mark.nginx
 @pytest.mark.gunicorn
 def test_a_short_soak_fails_on_a_refresh_token_lost_behind_the_services_back(tmp_path, capsys):
-    from bench.soak.__main__ import main
+    from tests.system.soak.__main__ import main
 
     require_tool(nginx_binary() is not None, "nginx", "apt-get install nginx")
     arguments = ["--seconds", "6", "--store", "sqlite", "--users", "6", "--faults", "kill"]

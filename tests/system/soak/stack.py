@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from bench import procstat
-from bench.store_servers import stop_pid
+from tests.helpers.servers import stop_process
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SITE = ROOT / "deploy" / "nginx" / "token-service.conf"
 #: What every server inherits from this process's environment; nothing else (no settings).
 INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
@@ -146,7 +145,7 @@ class Gunicorn:
         if self.process is None or self.process.poll() is not None:
             return []
         try:
-            return procstat.children(self.pid)
+            return children(self.pid)
         except OSError:
             return []
 
@@ -157,7 +156,7 @@ class Gunicorn:
     def stop(self) -> None:
         """Stop gunicorn gracefully (TERM), within its graceful_timeout and a margin."""
         if self.process is not None:
-            stop_pid(self.process, signal.SIGTERM, timeout=30)
+            stop_process(self.process, 30)
             self.process = None
         if self._log is not None:
             self._log.close()
@@ -207,7 +206,9 @@ def site_config(
     ]
     for old, new in replacements:
         if text.count(old) != 1:
-            raise RuntimeError(f"{SITE} no longer holds {old!r} once: update bench/soak/stack.py")
+            raise RuntimeError(
+                f"{SITE} no longer holds {old!r} once: update tests/system/soak/stack.py"
+            )
         text = text.replace(old, new)
     # the server line goes whole, its comment included: each new line names its gunicorn
     line = re.compile(r"^[ \t]*server 127\.0\.0\.1:8080;.*$", re.M)
@@ -270,7 +271,7 @@ class Nginx:
 
     def stop(self) -> None:
         if self.process is not None:
-            stop_pid(self.process, signal.SIGTERM, timeout=10)
+            stop_process(self.process, 10)
             self.process = None
 
 
@@ -328,5 +329,11 @@ class Redis:
 
     def stop(self) -> None:
         if self.process is not None:
-            stop_pid(self.process, signal.SIGTERM, timeout=15)
+            stop_process(self.process, 15)
             self.process = None
+
+
+def children(pid: int) -> list[int]:
+    """Return the PIDs of the live children of ``pid`` (Linux)."""
+    listed = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in listed.split()]

@@ -8,11 +8,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.soak.checks import JUDGED_SPAN, excuse, judged_workers
-from bench.soak.client import Answer
+from tests.system.soak.checks import JUDGED_SPAN, excuse, judged_workers
+from tests.system.soak.client import Answer
 
 if TYPE_CHECKING:
-    from bench.soak.run import Outcome
+    from tests.system.soak.run import Outcome
 
 #: Seconds per point of the chart's series.
 LATENCY_WINDOW = 5
@@ -141,7 +141,7 @@ def markdown(outcome: Outcome, chart_name: str) -> str:
     lines = [
         f"# Soak on {outcome.options.store}",
         "",
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; `python -m bench.soak "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; `python -m tests.system.soak "
         f"--seconds {outcome.options.seconds:g} --store {outcome.options.store}`. How it is "
         "made and what each check means: [docs/soak.md](../../docs/soak.md).",
         "",

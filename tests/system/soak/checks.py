@@ -25,11 +25,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bench.soak.client import NGINX_UNAVAILABLE, STORE_UNAVAILABLE, Answer
+from tests.system.soak.client import NGINX_UNAVAILABLE, STORE_UNAVAILABLE, Answer
 
 if TYPE_CHECKING:
-    from bench.soak.run import Outcome
-    from bench.soak.sampler import Sample
+    from tests.system.soak.run import Outcome
+    from tests.system.soak.sampler import Sample
 
 #: Seconds after a kill -9 in which a request sent may still reach the dead worker.
 KILL_REACH = 0.5

@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import procstat
-from bench.soak.stack import Gunicorn
+from tests.system.soak.stack import Gunicorn
 
 PROC = Path("/proc")
 
@@ -82,7 +81,7 @@ class Sampler(threading.Thread):
                 self.first_seen.setdefault(pid, now)
             for slot, pid in sorted(slots.items()):
                 try:
-                    rss = procstat.rss_kib(pid)
+                    rss = rss_kib(pid)
                     fds, other = open_files(pid)
                 except (OSError, ValueError):  # gone between the listing and the reading
                     continue
@@ -100,3 +99,11 @@ class Sampler(threading.Thread):
             except (OSError, ValueError):
                 continue
         return max(ages, key=lambda pid: (ages[pid], pid)) if ages else None
+
+
+def rss_kib(pid: int) -> int:
+    """Return the resident set size of ``pid`` in KiB (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise ValueError(f"no VmRSS for process {pid}")

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.soak.client import Answer, Connection
+from tests.system.soak.client import Answer, Connection
 
 LIVE, REVOKED, ROTATED, DOUBT, REFUSED = "live", "revoked", "rotated", "in doubt", "refused"
 #: An access token is used only while it has at least this many seconds left.

@@ -1,8 +1,8 @@
-"""``python -m bench.soak``: the soak on each store asked; exit status 1 if a check failed.
+"""``python -m tests.system.soak``: the soak on each store asked; exit status 1 if a check failed.
 
     make soak                       # 600 s on SQLite, then 600 s on Redis
     make soak SOAK_SECONDS=120      # what CI runs
-    .venv/bin/python -m bench.soak --seconds 60 --store sqlite
+    .venv/bin/python -m tests.system.soak --seconds 60 --store sqlite
 
 Exit status: 0 when every check passed on every store, 1 when one failed, 2 when the
 soak could not run (a server did not start, nginx or redis-server missing).
@@ -17,16 +17,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.soak import report
-from bench.soak.run import Options, soak
+from tests.system.soak import report
+from tests.system.soak.run import Options, soak
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
 FAULTS = ("kill", "hup", "keys", "store")
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.soak", description=__doc__.split("\n")[0]
+        prog="python -m tests.system.soak", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--seconds", type=float, default=600, help="length of each store's run (600)"

@@ -10,12 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.soak import checks
-from bench.soak.client import Answer, Connection
-from bench.soak.faults import REDIS_DOWN, Fault, FaultRunner, Schedule, kill_worker, new_secret
-from bench.soak.sampler import Sample, Sampler
-from bench.soak.stack import Gunicorn, Nginx, Redis, base_environment, wait_for
-from bench.soak.users import LIVE, REVOKED, ROTATED, Abuser, Client, Keys, Ledger, User
+from tests.system.soak import checks
+from tests.system.soak.client import Answer, Connection
+from tests.system.soak.faults import (
+    REDIS_DOWN,
+    Fault,
+    FaultRunner,
+    Schedule,
+    kill_worker,
+    new_secret,
+)
+from tests.system.soak.sampler import Sample, Sampler
+from tests.system.soak.stack import Gunicorn, Nginx, Redis, base_environment, wait_for
+from tests.system.soak.users import LIVE, REVOKED, ROTATED, Abuser, Client, Keys, Ledger, User
 
 #: Workers per gunicorn: two, so that one lives on while the other is killed.
 WORKERS = 2
