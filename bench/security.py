@@ -41,7 +41,7 @@ from werkzeug.test import EnvironBuilder
 
 from app import create_app
 from app.auth.users import HASHER
-from app.backends.counters_storage import open_storage
+from app.backends import open_backend
 from app.http.security_headers import SECURITY_HEADERS, SecurityHeaders
 from app.limits.address import RateLimiter
 
@@ -118,7 +118,7 @@ def measure_limiter(store: str, store_url: str | None, rounds: int) -> list[tupl
         settings = app_with(folder, store_url).config["SETTINGS"]
         big = app_with(folder, store_url, RATE_LIMIT_AUTH=NEVER_REACHED).config["SETTINGS"]
         limiter = RateLimiter(
-            big.rate_limit_auth, settings.rate_limit_exempt, open_storage(settings)
+            big.rate_limit_auth, settings.rate_limit_exempt, open_backend(settings).counters
         )
         limiter.check("login", COUNTED)
         rows = interleaved(

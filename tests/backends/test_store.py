@@ -15,12 +15,10 @@ from typing import Any
 
 import psycopg
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.tokens import REFRESH_TOKEN_ALPHABET, new_refresh_token
-from app.backends import open_store
 from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     LINEAGE_LENGTH,
@@ -40,7 +38,7 @@ from app.backends.sqlite.store import SQLiteTokenStore
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from tests.helpers.servers import free_port
-from tests.helpers.stores import stored_contents
+from tests.helpers.stores import open_store, stored_contents
 
 #: Usernames that a key or a column could confuse with one another, or mangle.
 TRICKY_USERNAMES = ["a", "a:b", "b", "a:", ":a", "rt:user:a", "Zoë 山田", "a b", "A", "%s", "🔑"]
@@ -79,8 +77,7 @@ def stored_digests(store: RefreshTokenStore) -> set[str]:
         with psycopg.connect(store.url) as database:
             return {digest for (digest,) in database.execute("SELECT digest FROM refresh_tokens")}
     assert isinstance(store, RedisTokenStore)
-    with redis.Redis.from_url(store.url, decode_responses=True) as client:
-        return {key.removeprefix(TOKEN_KEY_PREFIX) for key in client.scan_iter("rt:token:*")}
+    return {key.removeprefix(TOKEN_KEY_PREFIX) for key in store.client.scan_iter("rt:token:*")}
 
 
 def forget_lineages(store: RefreshTokenStore) -> None:
@@ -93,11 +90,11 @@ def forget_lineages(store: RefreshTokenStore) -> None:
             database.execute("UPDATE refresh_tokens SET lineage = NULL")
     else:
         assert isinstance(store, RedisTokenStore)
-        with redis.Redis.from_url(store.url, decode_responses=True) as client:
-            for key in client.scan_iter("rt:token:*"):
-                client.hdel(key, "lineage")
-            for key in client.scan_iter("rt:lineage:*"):
-                client.delete(key)
+        client = store.client
+        for key in client.scan_iter("rt:token:*"):
+            client.hdel(key, "lineage")
+        for key in client.scan_iter("rt:lineage:*"):
+            client.delete(key)
 
 
 @pytest.fixture

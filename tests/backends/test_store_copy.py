@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.tokens import new_refresh_token
-from app.backends import open_store, transfer
 from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
     Outcome,
@@ -22,7 +21,7 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.transfer import CopyRefusedError, copy_tokens
-from tests.helpers.stores import SERVER_MARKS
+from tests.helpers.stores import SERVER_MARKS, open_store
 
 #: Each backend read from and written to (SQLite into Redis is read and written the same way).
 PAIRS = [
@@ -231,16 +230,16 @@ def test_the_count_is_of_the_tokens_written(
     source.issue(other, "carol")
     source.issue(first, "alice")
     source.rotate(first, second, "alice")  # first retired, second live
-    read = transfer._tokens_of
+    read = source.export
 
-    def read_while_another_copy_writes(store):
+    def read_while_another_copy_writes():
         # after the target was found empty, another copy gives it a live and a retired
         # token of the source's before this one writes them
         target.issue(live, "carol")
         target.issue(first, "alice")
-        yield from read(store)
+        yield from read()
 
-    monkeypatch.setattr(transfer, "_tokens_of", read_while_another_copy_writes)
+    monkeypatch.setattr(source, "export", read_while_another_copy_writes)
 
     copied = copy_tokens(source, target)
 

@@ -1,9 +1,9 @@
 """The one way the service talks to PostgreSQL: a connection pool per process, bounded waits.
 
 The token store (``app.backends.postgres.store``) and the rate limits' counters
-(``app.backends.postgres.counters``) share one ``ProcessPool``: a psycopg_pool made lazily in
-each process (so nothing opened before gunicorn forks is used by a worker), whose
-every call is bounded by one deadline, ``timeout`` seconds from its start:
+(``app.backends.postgres.counters``) share one ``ProcessPool`` (``postgres_backend``):
+a psycopg_pool made lazily in each process (so nothing opened before gunicorn forks is
+used by a worker), whose every call is bounded by one deadline, ``timeout`` seconds from its start:
 
 - no pool yet (a new process, or the server was found gone): one connection is made in
   the caller's thread first, so a refused connection fails at once, not after a wait;
@@ -111,6 +111,7 @@ class ProcessPool:
         schema: Schema,
     ) -> None:
         params = conninfo_to_dict(url)
+        self.url = url
         self.location = postgres_location(url)
         self.timeout = timeout
         self.min_size = min_size
