@@ -46,6 +46,7 @@ from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
@@ -127,11 +128,16 @@ class RedisTokenStore(RefreshTokenStore):
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: lua/login.lua
-            with self._answering():
-                self._login(
-                    keys=(TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY),
-                    args=(username, issued_at, _microseconds(now), digest),
-                )
+            keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
+            args = (username, issued_at, _microseconds(now), digest)
+            try:
+                # evalsha rather than the Script's call, which costs a login a few percent
+                # more; the Script loads it where Redis lacks it (restarted, or another one)
+                self.client.evalsha(self._login.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                self._login(keys=keys, args=args)
+            except REDIS_FAILURES as error:
+                raise self._unavailable(error) from error
             return
         expires_at = issued_at + policy.lifetime if policy.lifetime else ""
         with self._answering():
@@ -141,8 +147,10 @@ class RedisTokenStore(RefreshTokenStore):
             )  # fmt: skip
 
     def owner_of(self, token: str) -> str | None:
-        with self._answering():
+        try:
             record = self.client.hmget(TOKEN_KEY_PREFIX + token_digest(token), OWNER_FIELDS)
+        except REDIS_FAILURES as error:
+            raise self._unavailable(error) from error
         owner, expires_at, retired_at = cast(list[str | None], record)  # decode_responses: text
         if retired_at is not None or (expires_at is not None and self.clock() >= int(expires_at)):
             return None
@@ -325,9 +333,10 @@ class RedisTokenStore(RefreshTokenStore):
         try:
             yield
         except REDIS_FAILURES as error:
-            raise BackendUnavailable(
-                failure_message(f"Redis store {self.location}", error)
-            ) from error
+            raise self._unavailable(error) from error
+
+    def _unavailable(self, error: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(failure_message(f"Redis store {self.location}", error))
 
 
 def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
