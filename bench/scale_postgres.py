@@ -31,10 +31,10 @@ def prefill(url: str, count: int, batch: int = 100_000) -> float:
     """Put ``count`` refresh tokens in the store's table (made by the store); return seconds."""
     import psycopg
 
-    from app.backends import open_store
+    from app.backends import backend_at
     from app.backends.interface import token_digest
 
-    open_store(url, timeout=30).ping()  # the schema, as the service makes it
+    backend_at(url, timeout=30).store.ping()  # the schema, as the service makes it
     started = time.monotonic()
     salt, issued_at = os.urandom(16).hex(), int(time.time())
     with psycopg.connect(url) as connection, connection.cursor() as cursor:
