@@ -17,7 +17,7 @@ from flask import Flask, current_app
 if TYPE_CHECKING:
     from app.auth.keys import KeyRing
     from app.auth.users import UserDirectory
-    from app.backends.interface import RefreshTokenStore
+    from app.backends.interface import Backend, RefreshTokenStore
     from app.config.settings import Settings
     from app.limits.address import RateLimiter
     from app.limits.login_failures import LoginFailureLimit
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from app.oidc.flow import LoginFlow
 
 KEY_RING = "key_ring"
+#: The backend: the token store and the rate limits' counters (``app.backends.open_backend``).
+BACKEND = "backend"
 TOKEN_STORE = "token_store"  # noqa: S105  # a key of app.extensions, no secret
 RATE_LIMITER = "rate_limiter"
 LOGIN_FAILURE_LIMIT = "login_failure_limit"
@@ -45,6 +47,12 @@ def get_key_ring() -> KeyRing:
     """Return the current app's key ring: the key that signs, and the ones that verify."""
     ring: KeyRing = current_app.extensions[KEY_RING]
     return ring
+
+
+def backend_of(app: Flask) -> Backend:
+    """Return the backend of ``app``: its token store and its counters."""
+    backend: Backend = app.extensions[BACKEND]
+    return backend
 
 
 def get_store() -> RefreshTokenStore:

@@ -478,10 +478,10 @@ def prefill(url: str, count: int, redis_server: Any = None) -> None:
     Four tokens per user. Redis writes without its fsync meanwhile (then ``always`` again);
     PostgreSQL commits them without waiting for the disk (``relaxed``).
     """
-    from app.backends import open_store
+    from app.backends import backend_at
 
     durability = "relaxed" if url.startswith("postgresql") else "normal"
-    store = open_store(url, timeout=30, durability=durability)
+    store = backend_at(url, timeout=30, durability=durability).store
     salt = secrets.token_hex(8)
     with _fsync_off(redis_server):
         for number in range(count):
@@ -504,9 +504,9 @@ def _fsync_off(redis_server: Any) -> Any:
 
 def stored(url: str) -> int:
     """Return how many refresh tokens the store at ``url`` holds."""
-    from app.backends import open_store
+    from app.backends import backend_at
 
-    store = open_store(url, timeout=30)
+    store = backend_at(url, timeout=30).store
     try:
         return store.count()
     finally:

@@ -1,11 +1,14 @@
-"""Refresh-token stores: pick one by TOKEN_STORE_URL and reach it through the app."""
+"""The backends: one per TOKEN_STORE_URL, holding both the refresh-token store and the rate
+limits' counters on the same connections (``open_backend``), and its place in the app."""
 
 from __future__ import annotations
 
 from flask import Flask
 
 from app.backends.interface import (
+    Backend,
     BackendUnavailable,
+    Counters,
     Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
@@ -18,34 +21,53 @@ from app.backends.interface import (
 )
 from app.config.settings import Settings
 from app.config.store_url import parse_store_url
-from app.extensions import TOKEN_STORE
+from app.extensions import BACKEND, TOKEN_STORE
 
 __all__ = [
+    "Backend",
     "BackendUnavailable",
+    "Counters",
     "Outcome",
     "RefreshTokenPolicy",
     "RefreshTokenStore",
     "Revocation",
     "Rotation",
     "TokenRecord",
-    "get_store",
+    "backend_at",
     "init_store",
-    "open_store",
+    "open_backend",
     "shown_digest",
     "successor_of",
     "token_digest",
 ]
 
 
-def open_store(
+def open_backend(settings: Settings) -> Backend:
+    """Return the backend TOKEN_STORE_URL names, set up as the settings say."""
+    return backend_at(
+        settings.token_store_url,
+        settings.store_timeout,
+        settings.store_connect_timeout,
+        RefreshTokenPolicy(
+            lifetime=settings.refresh_token_lifetime,
+            per_user=settings.refresh_tokens_per_user,
+            reuse_grace=settings.refresh_token_reuse_grace,
+        ),
+        settings.store_durability,
+        (settings.store_pool_min, settings.store_pool_max),
+    )
+
+
+def backend_at(
     url: str,
     timeout: float,
     connect_timeout: float | None = None,
     policy: RefreshTokenPolicy | None = None,
     durability: str = "normal",
     pool_size: tuple[int, int] = (1, 4),
-) -> RefreshTokenStore:
-    """Return the store backend that ``url`` names (validated by Settings).
+) -> Backend:
+    """Return the backend that ``url`` names (validated by Settings): the one place a URL
+    picks a backend.
 
     ``timeout`` bounds each answer (a SQLite lock, a Redis or PostgreSQL reply);
     ``connect_timeout`` each new Redis or PostgreSQL connection, and defaults to
@@ -55,41 +77,32 @@ def open_store(
     connections each process keeps and opens at most.
     """
     location = parse_store_url(url)
+    connect_timeout = timeout if connect_timeout is None else connect_timeout
     if location.backend == "sqlite":
-        from app.backends.sqlite.store import SQLiteTokenStore  # only SQLite hosts load it
+        from app.backends.sqlite import sqlite_backend  # only SQLite hosts load it
 
-        return SQLiteTokenStore(location.path, timeout, policy, durability)
+        return sqlite_backend(location.path, timeout, policy, durability)
     if location.backend == "postgresql":
-        from app.backends.postgres.store import PostgresTokenStore  # only they load psycopg
+        from app.backends.postgres import postgres_backend  # only they load psycopg
 
-        return PostgresTokenStore(url, timeout, connect_timeout, policy, durability, pool_size)
-    from app.backends.redis.store import RedisTokenStore  # only Redis hosts load redis-py
+        return postgres_backend(url, timeout, connect_timeout, policy, durability, pool_size)
+    from app.backends.redis import redis_backend  # only Redis hosts load redis-py
 
-    return RedisTokenStore(location.url, timeout, connect_timeout, policy)
+    return redis_backend(location.url, timeout, connect_timeout, policy)
 
 
 def init_store(app: Flask, settings: Settings) -> None:
-    """Attach the store named by the settings to ``app``; warn now if a remote one is down.
+    """Attach the backend named by the settings to ``app``, and its store; warn now if a
+    remote one is down.
 
     Connections open on first use: the one the check opens is closed at once, unless
     the store keeps a pool per process (PostgreSQL), which a forked worker never uses.
     """
-    policy = RefreshTokenPolicy(
-        lifetime=settings.refresh_token_lifetime,
-        per_user=settings.refresh_tokens_per_user,
-        reuse_grace=settings.refresh_token_reuse_grace,
-    )
-    store = open_store(
-        settings.token_store_url,
-        settings.store_timeout,
-        settings.store_connect_timeout,
-        policy,
-        settings.store_durability,
-        (settings.store_pool_min, settings.store_pool_max),
-    )
-    app.extensions[TOKEN_STORE] = store
-    if store.remote:
-        _warn_if_unavailable(app, store)
+    backend = open_backend(settings)
+    app.extensions[BACKEND] = backend
+    app.extensions[TOKEN_STORE] = backend.store
+    if backend.store.remote:
+        _warn_if_unavailable(app, backend.store)
 
 
 def _warn_if_unavailable(app: Flask, store: RefreshTokenStore) -> None:

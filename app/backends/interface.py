@@ -1,8 +1,9 @@
 """What every backend implements: the refresh-token store and the rate limits' counters,
-and the one error any of them raises when it cannot answer.
+the one object that holds both (``Backend``), the records a store is copied as, and the
+one error any of them raises when it cannot answer.
 
-The family rules the stores keep are stated, and checked on every backend, in
-tests/backends/test_store.py.
+The family rules the stores keep are stated, and checked on every backend, in the
+docstring of tests/backends/test_store.py; the counters' in tests/backends/test_counters.py.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import hashlib
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import islice
 from typing import Protocol
 
 from limits import RateLimitItem
@@ -25,6 +27,8 @@ DIGEST_PREFIX_LENGTH = 12
 HEX_DIGITS = frozenset("0123456789abcdef")
 #: Expired tokens forgotten at most per issue or rotation: a bounded, indexed purge.
 PURGE_BATCH = 16
+#: Tokens an import writes per transaction (``RefreshTokenStore.import_records``).
+IMPORT_BATCH = 1000
 #: Generations of retired tokens a family keeps whole, for the grace's retries; an older
 #: one is still recognised by its lineage (below), so its reuse revokes the family.
 RETIRED_GENERATIONS_KEPT = 20
@@ -131,9 +135,65 @@ def successor_of(token: str) -> str:
     return token[:LINEAGE_LENGTH] + fresh[LINEAGE_LENGTH:]
 
 
+def batches(items: Iterable[Record], size: int = IMPORT_BATCH) -> Iterator[list[Record]]:
+    """Yield ``items`` in lists of ``size`` (the last one shorter)."""
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
 def shown_digest(token: str) -> str:
     """Return the start of a token's digest: what logs and operators see of a token."""
     return token_digest(token)[:DIGEST_PREFIX_LENGTH]
+
+
+@dataclass(frozen=True)
+class StoredToken:
+    """What every backend records of one refresh token: a record of ``export``.
+
+    Live tokens come first in an export, each user's in order of issue (``sequence`` and
+    the digest break a second's ties), so that an import keeps that order.
+    """
+
+    digest: str
+    username: str
+    issued_at: int
+    expires_at: int | None = None
+    family: str | None = None
+    generation: int | None = None
+    retired_at: float | None = None
+    parent: str | None = None
+    lineage: str | None = None
+
+    def unexpired_at(self, now: float) -> bool:
+        """Return whether the token is still to expire at ``now`` (or never will)."""
+        return self.expires_at is None or self.expires_at > now
+
+
+@dataclass(frozen=True)
+class DenyEntry:
+    """A deny entry (``RefreshTokenStore.deny``): a record of ``export``."""
+
+    digest: str
+    until: float
+
+    def unexpired_at(self, now: float) -> bool:
+        """Return whether the entry still denies at ``now``."""
+        return self.until > now
+
+
+#: What ``export`` yields and ``import_records`` takes.
+Record = StoredToken | DenyEntry
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What ``import_records`` wrote: tokens (of which live ones), and deny entries; a
+    digest found in the target meanwhile is not written, and not counted."""
+
+    tokens: int = 0
+    live: int = 0
+    denied: int = 0
 
 
 class RefreshTokenStore(ABC):
@@ -143,21 +203,16 @@ class RefreshTokenStore(ABC):
     thread. A backend raises BackendUnavailable, and nothing else, when it
     cannot answer.
 
-    With rotation, each login starts a *family*: ``rotate`` retires a token and
-    records its successor in the same family, so one token of a family is live
-    and the others are retired, kept only to recognise their reuse. A retired
-    token is never a valid one: ``owner_of`` does not know it, and listings and
-    counts leave it out. Forgetting any token of a family forgets the whole family.
-
-    A successor carries its family's lineage (``successor_of``), and the family keeps the
-    lineage's digest while it lives, set at its first rotation: a token whose own digest
-    the family forgot (older than ``RETIRED_GENERATIONS_KEPT`` generations) is still
-    recognised as one of its own. A login stays one record, with no lineage.
+    The rules of families (rotation, reuse, the grace, lineages, the per-user limit,
+    expiry) are stated once, in the docstring of tests/backends/test_store.py, the suite
+    every backend passes.
     """
 
     #: Whether the store lives apart from the service and may be down when it starts
     #: (a SQLite file is checked with the settings, and opened on first use).
     remote = False
+    #: Where the store is, for messages and logs: never a password.
+    location = ""
 
     def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
         self.policy = policy or RefreshTokenPolicy()
@@ -246,6 +301,27 @@ class RefreshTokenStore(ABC):
         """Return if the store answers, else raise BackendUnavailable."""
 
     @abstractmethod
+    def export(self) -> Iterator[Record]:
+        """Yield every token the store holds (expired and retired ones too: the caller
+        chooses), live ones first, each user's in order of issue, then every deny entry;
+        one moment of the store as far as the backend allows."""
+
+    @abstractmethod
+    def import_records(self, records: Iterable[Record]) -> Imported:
+        """Write ``records`` (from any backend's ``export``), a batch per transaction, so
+        that each token behaves as it did; a digest the store holds already is left alone.
+        The live tokens' order of issue is the order given."""
+
+    @abstractmethod
+    def holds_anything(self) -> bool:
+        """Return whether the store holds any token or deny entry, even an expired one."""
+
+    @abstractmethod
+    def is_same_store(self, other: RefreshTokenStore) -> bool:
+        """Return whether ``other`` reaches the very data of this store, however its
+        place is spelled (the stores are asked, not their URLs compared)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release this process's connections (they are reopened on next use)."""
 
@@ -296,3 +372,17 @@ class Counters(Protocol):
 
     def close(self) -> None:
         """Release this process's connections."""
+
+
+@dataclass(frozen=True, eq=False)
+class Backend:
+    """One backend of the service: its refresh-token store and its counters, which share
+    its connections (``app.backends.open_backend``)."""
+
+    store: RefreshTokenStore
+    counters: Counters
+
+    def close(self) -> None:
+        """Release this process's connections (reopened on next use)."""
+        self.store.close()
+        self.counters.close()

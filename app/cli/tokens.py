@@ -12,7 +12,7 @@ import click
 from flask.cli import AppGroup
 
 from app.auth.tokens import REFRESH_TOKEN_LENGTH
-from app.backends import open_store
+from app.backends import backend_at
 from app.backends.interface import BackendUnavailable, shown_digest
 from app.backends.transfer import CopyRefusedError, copy_tokens
 from app.cli.arguments import InputError, read_one_line, valid_username
@@ -137,10 +137,10 @@ def copy_command(target_url: str) -> None:
     except ConfigError as error:  # never echoes the URL, which may hold a password
         raise click.BadParameter(str(error).removeprefix("--to "), param_hint="--to") from None
     settings = current_settings()
-    target = open_store(url, settings.store_timeout, settings.store_connect_timeout)
+    target = backend_at(url, settings.store_timeout, settings.store_connect_timeout)
     try:
         with store_errors():
-            copied = copy_tokens(get_store(), target)
+            copied = copy_tokens(get_store(), target.store)
     except CopyRefusedError as error:
         raise click.ClickException(str(error)) from None
     finally:

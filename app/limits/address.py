@@ -8,7 +8,8 @@ saying it is the host itself). Anything that is not an IP address shares one cou
 The counters live where every worker and every host sees them, so N allowed per
 window means at most N answered, whichever worker serves them: in the token store's
 Redis (``app.backends.redis.counters``) or PostgreSQL (``app.backends.postgres.counters``, an
-unlogged table), or in a SQLite file beside the token store (``app.backends.sqlite.counters``).
+unlogged table), or in a SQLite file beside the token store (``app.backends.sqlite.counters``):
+the counters of the app's backend (``app.backends.open_backend``).
 The windows are fixed ones, each starting with a client's first request in it; a request
 counts on every limit at once, in one round trip (one statement, or one Lua script),
 whatever the number of limits.
@@ -19,7 +20,8 @@ not used either: it adds a hook to every request of every endpoint, and its
 ``swallow_errors`` logs a line per failed request. Here the check costs only the
 three endpoints it guards, and when the counters' storage fails the limiter fails
 open, for the limit only: the request goes on unchecked, the failure is counted
-(``on_storage_failure``), and it is logged at most once a minute per process.
+(``on_storage_failure``), and it is logged at most once a minute per process
+(``app.limits.failures``).
 """
 
 from __future__ import annotations
@@ -27,28 +29,19 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
-import math
-import threading
 import time
 from collections.abc import Callable
 
 from flask import Flask, has_request_context, request
 from limits import RateLimitItem
 
-from app.backends.counters_storage import open_storage
-from app.backends.interface import (
-    FAILURE_LOG_INTERVAL,
-    RETRY_AFTER_FAILURE,
-    BackendUnavailable,
-    Counters,
-    seconds_until_free,
-    windows_of,
-)
+from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
 from app.config.parsers import IPNetwork
 from app.config.settings import Settings
-from app.extensions import RATE_LIMITER, TOKEN_STORE
+from app.extensions import RATE_LIMITER, backend_of
 from app.http.proxy import FORWARDED_KEY, parse_address
 from app.http.request_log import note
+from app.limits.failures import CounterFailures
 from app.limits.login_failures import init_login_failure_limit
 
 #: Distinct client addresses whose key each process remembers.
@@ -79,11 +72,7 @@ class RateLimiter:
         #: point it at a metrics counter. ``storage_failures`` counts them too.
         self.on_storage_failure: Callable[[], None] = note_failure
         self.storage_failures = 0
-        self._unchecked_until = 0.0
-        self._failing = False
-        self._reported_at = -math.inf
-        self._unreported = 0
-        self._lock = threading.Lock()
+        self.failures = CounterFailures(time.monotonic)
         self.client_key = functools.lru_cache(maxsize=KEYS_CACHED)(self._client_key)
 
     def check(
@@ -101,7 +90,7 @@ class RateLimiter:
                 forwarded = has_request_context() and FORWARDED_KEY in request.environ
             if not forwarded:
                 return None
-        if self._unchecked_until and time.monotonic() < self._unchecked_until:
+        if self.failures.waiting():
             self._storage_failed(None)
             return None
         counters = [(f"{endpoint}/{key}{suffix}", window) for _, window, suffix in self.windows]
@@ -110,7 +99,7 @@ class RateLimiter:
         except BackendUnavailable as error:
             self._storage_failed(error)
             return None
-        if self._failing:
+        if self.failures.failing:
             self._recovered()
         return seconds_until_free(self.windows, counted)
 
@@ -128,15 +117,9 @@ class RateLimiter:
         """Let the request through, count it, and log it at most once a minute."""
         self.storage_failures += 1
         self.on_storage_failure()
-        now = time.monotonic()
-        with self._lock:
-            if error is not None:
-                self._failing = True
-                self._unchecked_until = now + RETRY_AFTER_FAILURE
-            if now - self._reported_at < FAILURE_LOG_INTERVAL:
-                self._unreported += 1
-                return
-            self._reported_at, unreported, self._unreported = now, self._unreported, 0
+        unreported = self.failures.failed(tried=error is not None)
+        if unreported is None:
+            return
         logger.warning(
             "rate limits not applied, their storage failed: %s%s",
             error or "still failing",
@@ -144,12 +127,9 @@ class RateLimiter:
         )
 
     def _recovered(self) -> None:
-        with self._lock:
-            if not self._failing:
-                return
-            self._failing, self._unchecked_until = False, 0.0
-            unreported, self._unreported = self._unreported, 0
-            self._reported_at = -math.inf
+        unreported = self.failures.recovered()
+        if unreported is None:
+            return
         logger.warning(
             "rate limits applied again, their storage answers (%d more requests were"
             " unchecked since the last message)",
@@ -161,7 +141,7 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
     """Attach the rate limiter to ``app``, or None with RATE_LIMIT_AUTH=off."""
     limiter = None
     if settings.rate_limit_auth:
-        storage = open_storage(settings, app.extensions.get(TOKEN_STORE))
-        limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, storage)
+        counters = backend_of(app).counters  # the store's backend, on its connections
+        limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, counters)
     app.extensions[RATE_LIMITER] = limiter
-    init_login_failure_limit(app, settings, limiter.storage if limiter is not None else None)
+    init_login_failure_limit(app, settings)

@@ -5,7 +5,7 @@ password together; this counts per username, whoever asks. It applies only with 
 user directory (USERS_FILE), where a login checks a password.
 
 An attempt is counted *before* its password is checked, in one atomic hit on the
-counters of every window (the rate limits' storage: the SQLite counters file, or the
+counters of every window (the app's backend's: the SQLite counters file, or the
 token store's Redis or PostgreSQL): concurrent guesses cannot all read "under the limit" and all
 be checked. Over the limit, the login is refused before any Argon2 is spent, for a
 known username as for an unknown one. A check that succeeds takes its hit back, so
@@ -29,9 +29,10 @@ many, do not outlive the reset.
 
 When the counters' storage fails, this limit fails *closed*, unlike RATE_LIMIT_AUTH:
 it guards a password, not capacity, and with it off an attacker could guess at full
-speed for as long as the storage stays down (with Redis or PostgreSQL, the token store
-is the same server, so a login could not complete anyway). Logins are then answered 503 until the
-storage answers again; the failure is logged at most once a minute per process.
+speed for as long as the storage stays down (with Redis or PostgreSQL, the token store is
+the same server, so a login could not complete anyway). Logins are then answered 503 until the
+storage answers again; the failure is logged at most once a minute per process
+(``app.limits.failures``).
 """
 
 from __future__ import annotations
@@ -40,10 +41,8 @@ import base64
 import hashlib
 import hmac
 import logging
-import math
 import re
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from typing import NoReturn
@@ -53,17 +52,10 @@ from flask import Flask
 from limits import RateLimitItem
 
 from app.auth.keys import KeyRing
-from app.backends.counters_storage import open_storage
-from app.backends.interface import (
-    FAILURE_LOG_INTERVAL,
-    RETRY_AFTER_FAILURE,
-    BackendUnavailable,
-    Counters,
-    seconds_until_free,
-    windows_of,
-)
+from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
 from app.config.settings import HS256, Settings
-from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, TOKEN_STORE
+from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, backend_of
+from app.limits.failures import CounterFailures
 
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
 KEY_PREFIX = "login_failures/"
@@ -92,10 +84,7 @@ class LoginFailureLimit:
         self._device_key = hmac.new(secret, b"login device cookies", hashlib.sha256).digest()
         #: The time source of the retry delay after a failure; tests may replace it.
         self.clock: Callable[[], float] = time.monotonic
-        self._refusing_until = 0.0
-        self._reported_at = -math.inf
-        self._unreported = 0
-        self._lock = threading.Lock()
+        self.failures = CounterFailures(lambda: self.clock())
 
     def attempt(self, username: str, device: str | None = None) -> int | None:
         """Count a password check about to be spent on ``username``: None if it may go on,
@@ -105,7 +94,7 @@ class LoginFailureLimit:
         count the check instead of the username's. Raise BackendUnavailable when
         the counters do not answer (refuse the login).
         """
-        if self._refusing_until and self.clock() < self._refusing_until:
+        if self.failures.waiting():
             self._failed(None)
         keys = self.keys(username) if device is None else self.device_keys(device)
         try:
@@ -114,7 +103,7 @@ class LoginFailureLimit:
             )
         except BackendUnavailable as error:
             self._failed(error)
-        if self._refusing_until:
+        if self.failures.failing:
             self._recovered()
         return seconds_until_free(self.windows, counted)
 
@@ -163,16 +152,8 @@ class LoginFailureLimit:
 
     def _failed(self, error: BackendUnavailable | None) -> NoReturn:
         """Refuse for a second without trying again, log at most once a minute, and raise."""
-        now = self.clock()
-        with self._lock:
-            if error is not None:
-                self._refusing_until = now + RETRY_AFTER_FAILURE
-            report = now - self._reported_at >= FAILURE_LOG_INTERVAL
-            if report:
-                self._reported_at, unreported, self._unreported = now, self._unreported, 0
-            else:
-                self._unreported += 1
-        if report:
+        unreported = self.failures.failed(tried=error is not None)
+        if unreported is not None:
             logger.warning(
                 "logins refused (503), the login failure limit's storage failed: %s%s",
                 error or "still failing",
@@ -181,12 +162,9 @@ class LoginFailureLimit:
         raise error or BackendUnavailable("failed less than a second ago")
 
     def _recovered(self) -> None:
-        with self._lock:
-            if not self._refusing_until:
-                return
-            self._refusing_until = 0.0
-            unreported, self._unreported = self._unreported, 0
-            self._reported_at = -math.inf
+        unreported = self.failures.recovered()
+        if unreported is None:
+            return
         logger.warning(
             "logins accepted again, the login failure limit's storage answers"
             " (%d more refused since the last message)",
@@ -203,16 +181,16 @@ def counters_secret(settings: Settings, ring: KeyRing) -> bytes:
     return der
 
 
-def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters | None) -> None:
+def init_login_failure_limit(app: Flask, settings: Settings) -> None:
     """Attach the limit to ``app``: None without USERS_FILE or with LOGIN_FAILURE_LIMIT=off.
 
-    ``storage`` is the rate limits' own, when they are on: one connection, not two.
+    Its counters are the app's backend's, as the rate limits' are: one connection, not two.
     """
     limit = None
     if settings.users_file is not None and settings.login_failure_limit:
         limit = LoginFailureLimit(
             settings.login_failure_limit,
-            storage or open_storage(settings, app.extensions.get(TOKEN_STORE)),
+            backend_of(app).counters,
             counters_secret(settings, app.extensions[KEY_RING]),
         )
     app.extensions[LOGIN_FAILURE_LIMIT] = limit

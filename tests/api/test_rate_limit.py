@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 
-import app.limits.address
 from app.backends.interface import SQLITE_FILE_NAME
 from app.config.parsers import ConfigError
 from app.config.settings import DEFAULT_RATE_LIMIT_AUTH, Settings
@@ -355,7 +354,7 @@ def limiter_messages(caplog) -> list[str]:
 
 @pytest.mark.store("sqlite")
 def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_counted(
-    make_app, instance_path, caplog, monkeypatch
+    make_app, instance_path, caplog
 ):
     client = make_app(RATE_LIMIT_AUTH="1 per minute").test_client()
     failures = counted_failures(client)
@@ -371,9 +370,10 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
         f"{instance_path / SQLITE_FILE_NAME}: OperationalError: unable to open database file"
     )
     # the storage is back: after one second without tries, the limits hold again
-    monkeypatch.setattr(app.limits.address, "RETRY_AFTER_FAILURE", 0.0)
     (instance_path / SQLITE_FILE_NAME).rmdir()
-    client.application.extensions["rate_limiter"]._unchecked_until = 0.0
+    outage = client.application.extensions["rate_limiter"].failures
+    later = time.monotonic() + 2
+    outage.clock = lambda: later
     assert log_in(client).status_code == 200
     assert log_in(client).status_code == 429
     assert "rate limits applied again" in limiter_messages(caplog)[-1]

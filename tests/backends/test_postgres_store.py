@@ -17,7 +17,6 @@ import pytest
 
 from app import create_app
 from app.auth.tokens import new_refresh_token
-from app.backends import open_store
 from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
@@ -34,6 +33,7 @@ from app.config.parsers import ConfigError
 from tests.backends.test_store import OPERATIONS
 from tests.helpers.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
 from tests.helpers.servers import free_port, wait_until
+from tests.helpers.stores import open_store
 from tests.helpers.tools import require_tool
 
 pytestmark = pytest.mark.postgres

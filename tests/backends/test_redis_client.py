@@ -6,10 +6,9 @@ import socket
 
 import pytest
 
+from app.backends import backend_at
 from app.backends.interface import BackendUnavailable
-from app.backends.redis.client import ProcessClient, read_lua, redis_location
-from app.backends.redis.counters import RedisCounters
-from app.backends.redis.store import RedisTokenStore
+from app.backends.redis.client import read_lua, redis_location
 from app.config.store_url import parse_store_url, sqlite_url
 
 
@@ -61,7 +60,8 @@ def refused_port() -> int:
 
 def test_both_users_turn_a_failure_into_their_own_error_without_the_password():
     url = f"redis://:hunter2-secret@127.0.0.1:{refused_port()}/0"
-    store, counters = RedisTokenStore(url, timeout=1), RedisCounters(url, 1, 1)
+    backend = backend_at(url, timeout=1)
+    store, counters = backend.store, backend.counters
     with pytest.raises(BackendUnavailable, match=r"^Redis store 127\.0\.0\.1:\d+ db 0: ") as a:
         store.ping()
     with pytest.raises(BackendUnavailable, match=r"^Redis 127\.0\.0\.1:\d+ db 0: ") as b:
@@ -71,17 +71,13 @@ def test_both_users_turn_a_failure_into_their_own_error_without_the_password():
         assert "hunter2" not in str(error)
 
 
-def test_the_client_is_made_once_per_process_with_the_timeouts_and_no_retry():
-    made = []
-    client = ProcessClient("redis://127.0.0.1:1/0", 0.7, 0.3, made.append)
-    first, _ = client.get()
-    assert client.get()[0] is first
-    assert made == [first]
-    options = first.connection_pool.connection_kwargs
+def test_the_store_and_the_counters_share_one_client_with_the_timeouts_and_no_retry():
+    backend = backend_at("redis://127.0.0.1:1/0", 0.7, 0.3)
+    client = backend.store.client
+    assert backend.counters.client is client
+    options = client.connection_pool.connection_kwargs
     assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.7, 0.3)
     assert options["retry"].get_retries() == 0
-    client.close()
-    assert client.get()[0] is not first  # reopened on next use
 
 
 def test_the_lua_scripts_are_read_from_the_package():

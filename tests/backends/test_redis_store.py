@@ -13,17 +13,16 @@ from redis.connection import AbstractConnection
 
 from app import create_app
 from app.auth.tokens import new_refresh_token
-from app.backends import open_store
 from app.backends.interface import (
     BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     token_digest,
 )
-from app.backends.redis.store import RedisTokenStore
 from app.config.parsers import ConfigError
 from tests.backends.test_store import OPERATIONS
 from tests.helpers.servers import free_port, wait_until
+from tests.helpers.stores import open_store
 from tests.helpers.tools import require_tool, which
 
 pytestmark = pytest.mark.redis
@@ -350,12 +349,12 @@ def test_timeouts_come_from_the_settings(tmp_path, redis_url):
     )
     store = app.extensions["token_store"]
     store.ping()
-    options = store._open().client.connection_pool.connection_kwargs
+    options = store.client.connection_pool.connection_kwargs
     assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.7, 0.3)
-    assert store._open().client.connection_pool.connection_kwargs["retry"].get_retries() == 0
+    assert store.client.connection_pool.connection_kwargs["retry"].get_retries() == 0
     store.close()
-    default = RedisTokenStore(redis_url, timeout=0.7)
-    assert default.connect_timeout == 0.7
+    default = open_store(redis_url, timeout=0.7)
+    assert default.client.connection_pool.connection_kwargs["socket_connect_timeout"] == 0.7
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:notaport/0", "redis://127.0.0.1:6379/x"])

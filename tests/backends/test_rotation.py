@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import jwt
 import pytest
 
-from app.backends import open_store
 from app.backends.interface import RETIRED_GENERATIONS_KEPT, token_digest
 from app.config.settings import SQLITE_FILE_NAME
 from tests.backends.test_store import Clock
 from tests.helpers.servers import fresh
+from tests.helpers.stores import open_store
 from tests.helpers.tokens import login
 
 REFRESH_TOKEN = re.compile(r"[A-Za-z0-9]{42}")

@@ -12,15 +12,17 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app.auth.tokens import new_refresh_token
-from app.backends import open_store
 from app.backends.interface import (
     BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
+    successor_of,
     token_digest,
 )
 from app.backends.sqlite.files import ProcessWriter, connect_wal
 from app.backends.sqlite.store import SQLiteTokenStore
+from app.backends.sqlite.tables import SCHEMA_VERSION
+from tests.helpers.stores import open_store
 
 #: The schema of the first release, as files made by it hold it.
 FIRST_SCHEMA = """
@@ -112,6 +114,65 @@ def test_a_file_of_the_rotation_schema_is_migrated_and_its_successors_have_no_pa
     for token in newer:  # same second as the older row: it is the oldest, and goes first
         store.issue(token, "alice")
     assert [store.owner_of(token) for token in [other, *newer]] == [None] + ["alice"] * 3
+    store.close()
+
+
+LATER_COLUMNS = {
+    "expires_at": "INTEGER", "family": "TEXT", "generation": "INTEGER", "retired_at": "REAL",
+    "parent": "TEXT", "sequence": "INTEGER", "lineage": "TEXT",
+}  # fmt: skip
+
+
+def user_version(path: str) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        return int(database.execute("PRAGMA user_version").fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [(), ("expires_at",), ("expires_at", "family", "generation", "retired_at", "parent"),
+     ("lineage",), ("sequence", "parent"), tuple(LATER_COLUMNS)],
+)  # fmt: skip
+def test_a_file_from_before_versions_with_any_earlier_columns_is_brought_to_the_version(
+    tmp_path, kept
+):
+    path = str(tmp_path / "old.sqlite3")
+    token = new_refresh_token()
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        later = "".join(f", {name} {LATER_COLUMNS[name]}" for name in kept)
+        database.execute(
+            "CREATE TABLE refresh_tokens (digest TEXT PRIMARY KEY, username TEXT NOT NULL,"
+            f" issued_at INTEGER NOT NULL{later}) WITHOUT ROWID"
+        )
+        database.execute(
+            "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
+            (token_digest(token), "alice", int(time.time())),
+        )
+        database.commit()
+    assert user_version(path) == 0  # no version: made before versions
+    store = open_store(f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(per_user=2))
+    assert store.owner_of(token) == "alice"
+    assert sorted(columns(path)) == sorted(["digest", "username", "issued_at", *LATER_COLUMNS])
+    assert user_version(path) == SCHEMA_VERSION
+    assert {"denied_tokens_by_expiry", "refresh_tokens_by_lineage"} <= indexes(path)
+    successor = successor_of(token)
+    assert store.rotate(token, successor, "alice").outcome is Outcome.ROTATED
+    assert store.rotate(token, successor_of(token), "alice").outcome is Outcome.REUSED
+    store.close()
+
+
+def test_a_file_at_a_newer_version_is_left_as_it_is(path):
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        database.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        database.execute(
+            "CREATE TABLE refresh_tokens (digest TEXT PRIMARY KEY, username TEXT NOT NULL,"
+            " issued_at INTEGER NOT NULL, retired_at REAL, expires_at INTEGER, newer TEXT)"
+        )
+    store = open_store(f"sqlite:///{path}", timeout=2)
+    store.ping()
+    assert "newer" in columns(path)
+    assert "lineage" not in columns(path)
+    assert user_version(path) == SCHEMA_VERSION + 1
     store.close()
 
 

@@ -1,5 +1,35 @@
-"""One test-suite for every refresh-token store backend (SQLite, a real redis-server, a
-real PostgreSQL)."""
+"""The store contract: one suite for every refresh-token store backend (SQLite, a real
+redis-server, a real PostgreSQL). The rules of families, stated once here:
+
+- A store keeps refresh tokens by digest, each with the username it was issued to; it
+  never keeps a token in clear. Every operation is atomic on its own, from any process
+  or thread, and a backend that cannot answer raises BackendUnavailable, nothing else.
+- With rotation, each login starts a *family*: ``rotate`` retires the token presented
+  and records its successor in the same family, so a family has one live token and
+  the others are retired, kept only to recognise their reuse. A retired token is never
+  a valid one: ``owner_of`` does not know it, and listings and counts leave it out.
+- Of several rotations with one token, one succeeds; the others find it retired and
+  revoke the whole family (reuse, RFC 9700 4.14.2), unless the policy's ``reuse_grace``
+  covers them: within the grace from the token's rotation, while its own successor is
+  unused and not replaced, a retry replaces that successor (retired, not forgotten:
+  presenting it later is reuse). A replaced successor is nobody's parent.
+- A successor carries its family's lineage (``successor_of``), and the family keeps the
+  lineage's digest while it lives, set at its first rotation: a token whose own digest
+  the family forgot (older than ``RETIRED_GENERATIONS_KEPT`` generations) is still
+  recognised as one of its own, and presenting it is reuse. A login stays one record,
+  with no lineage.
+- ``revoke`` forgets a token and its whole family: the live token is a logout, an older
+  one is reuse. Forgetting any token of a family forgets the whole family.
+- The per-user limit (``per_user``): issuing one token too many forgets the user's
+  oldest live token (by issue, or last rotation; same-second ones in order of issue),
+  with its family, in the same step.
+- The lifetime: a token is unknown from ``lifetime`` seconds after its login, to the
+  second; successors keep their family's expiry. Expired tokens are purged in bounded
+  batches through an index.
+- Deny entries refuse a signed token's digest until a time, then are forgotten.
+- ``export`` and ``import_records`` carry all of the above, so a copied family behaves
+  exactly as the original (tests/backends/test_store_copy.py, every pair of backends).
+"""
 
 from __future__ import annotations
 
@@ -15,12 +45,10 @@ from typing import Any
 
 import psycopg
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.tokens import REFRESH_TOKEN_ALPHABET, new_refresh_token
-from app.backends import open_store
 from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     LINEAGE_LENGTH,
@@ -40,7 +68,7 @@ from app.backends.sqlite.store import SQLiteTokenStore
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from tests.helpers.servers import free_port
-from tests.helpers.stores import stored_contents
+from tests.helpers.stores import open_store, stored_contents
 
 #: Usernames that a key or a column could confuse with one another, or mangle.
 TRICKY_USERNAMES = ["a", "a:b", "b", "a:", ":a", "rt:user:a", "Zoë 山田", "a b", "A", "%s", "🔑"]
@@ -79,8 +107,7 @@ def stored_digests(store: RefreshTokenStore) -> set[str]:
         with psycopg.connect(store.url) as database:
             return {digest for (digest,) in database.execute("SELECT digest FROM refresh_tokens")}
     assert isinstance(store, RedisTokenStore)
-    with redis.Redis.from_url(store.url, decode_responses=True) as client:
-        return {key.removeprefix(TOKEN_KEY_PREFIX) for key in client.scan_iter("rt:token:*")}
+    return {key.removeprefix(TOKEN_KEY_PREFIX) for key in store.client.scan_iter("rt:token:*")}
 
 
 def forget_lineages(store: RefreshTokenStore) -> None:
@@ -93,11 +120,11 @@ def forget_lineages(store: RefreshTokenStore) -> None:
             database.execute("UPDATE refresh_tokens SET lineage = NULL")
     else:
         assert isinstance(store, RedisTokenStore)
-        with redis.Redis.from_url(store.url, decode_responses=True) as client:
-            for key in client.scan_iter("rt:token:*"):
-                client.hdel(key, "lineage")
-            for key in client.scan_iter("rt:lineage:*"):
-                client.delete(key)
+        client = store.client
+        for key in client.scan_iter("rt:token:*"):
+            client.hdel(key, "lineage")
+        for key in client.scan_iter("rt:lineage:*"):
+            client.delete(key)
 
 
 @pytest.fixture

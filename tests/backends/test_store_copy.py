@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.tokens import new_refresh_token
-from app.backends import open_store, transfer
 from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
     Outcome,
@@ -22,14 +21,14 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.transfer import CopyRefusedError, copy_tokens
-from tests.helpers.stores import SERVER_MARKS
+from tests.helpers.stores import SERVER_MARKS, open_store
 
-#: Each backend read from and written to (SQLite into Redis is read and written the same way).
+#: Every pair of backends, each way.
 PAIRS = [
-    ("sqlite", "postgresql"),
-    ("redis", "postgresql"),
-    ("postgresql", "sqlite"),
-    ("postgresql", "redis"),
+    (source, target)
+    for source in ("sqlite", "redis", "postgresql")
+    for target in ("sqlite", "redis", "postgresql")
+    if source != target
 ]
 
 
@@ -116,6 +115,41 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
     # and expires when it did
     target.clock = lambda: now + 3600
     assert target.owner_of(plain["user0"]) is None
+    source.close()
+    target.close()
+
+
+@store_pairs(PAIRS)
+def test_the_per_user_limit_evicts_after_a_copy_as_before_even_within_one_second(
+    source_backend, target_backend, request, tmp_path
+):
+    policy = RefreshTokenPolicy(per_user=3, lifetime=3600, reuse_grace=10)
+    source = open_store(url_of(source_backend, request, tmp_path), timeout=5, policy=policy)
+    target = open_store(url_of(target_backend, request, tmp_path), timeout=5, policy=policy)
+    now = float(int(time.time()))
+    for store in (source, target):
+        store.clock = lambda: now  # one second: only the order of issue tells them apart
+    tokens = [new_refresh_token() for _ in range(3)]
+    for token in tokens:
+        source.issue(token, "alice")
+    rotated = successor_of(tokens[1])
+    source.rotate(tokens[1], rotated, "alice")  # the newest now: it was rotated last
+    expected = [r.digest_prefix for r in source.tokens_of("alice")]
+
+    copy_tokens(source, target)
+
+    assert [r.digest_prefix for r in target.tokens_of("alice")] == expected
+    newer = new_refresh_token()
+    target.issue(newer, "alice")  # one too many: the oldest goes, as it would have
+    assert [target.owner_of(t) for t in (tokens[0], tokens[2], rotated, newer)] == [
+        None, "alice", "alice", "alice",
+    ]  # fmt: skip
+    # the grace and the family came over too: a retry of the rotated token, then reuse
+    retry = successor_of(tokens[1])
+    assert target.rotate(tokens[1], retry, "alice").outcome is Outcome.RETRIED
+    assert target.owner_of(rotated) is None
+    assert target.rotate(rotated, successor_of(rotated), "alice").outcome is Outcome.REUSED
+    assert target.owner_of(retry) is None
     source.close()
     target.close()
 
@@ -231,16 +265,16 @@ def test_the_count_is_of_the_tokens_written(
     source.issue(other, "carol")
     source.issue(first, "alice")
     source.rotate(first, second, "alice")  # first retired, second live
-    read = transfer._tokens_of
+    read = source.export
 
-    def read_while_another_copy_writes(store):
+    def read_while_another_copy_writes():
         # after the target was found empty, another copy gives it a live and a retired
         # token of the source's before this one writes them
         target.issue(live, "carol")
         target.issue(first, "alice")
-        yield from read(store)
+        yield from read()
 
-    monkeypatch.setattr(transfer, "_tokens_of", read_while_another_copy_writes)
+    monkeypatch.setattr(source, "export", read_while_another_copy_writes)
 
     copied = copy_tokens(source, target)
 

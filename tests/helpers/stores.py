@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
+from app.backends import backend_at
 from app.backends.interface import RefreshTokenStore
 from app.backends.postgres.store import PostgresTokenStore
 from app.backends.redis.store import RedisTokenStore
@@ -209,6 +209,11 @@ def postgres_server() -> Iterator[Callable[..., Any]]:
         server.remove()
 
 
+def open_store(url: str, timeout: float, **options: Any) -> RefreshTokenStore:
+    """Return the store of the backend at ``url`` (``backend_at``'s keywords)."""
+    return backend_at(url, timeout, **options).store
+
+
 def stored_contents(store: RefreshTokenStore) -> str:
     """Return, as text, everything ``store`` keeps: to show no token is kept in clear."""
     store.close()
@@ -226,14 +231,14 @@ def stored_contents(store: RefreshTokenStore) -> str:
             )
     assert isinstance(store, RedisTokenStore)
     parts = []
-    with redis.Redis.from_url(store.url, decode_responses=True) as client:
-        for key in client.scan_iter():
-            kind = client.type(key)
-            if kind == "hash":
-                value: Any = client.hgetall(key)
-            elif kind == "zset":
-                value = client.zrange(key, 0, -1, withscores=True)
-            else:
-                value = client.dump(key)
-            parts.append(f"{key} {kind} {value}")
+    client = store.client
+    for key in client.scan_iter():
+        kind = client.type(key)
+        if kind == "hash":
+            value: Any = client.hgetall(key)
+        elif kind == "zset":
+            value = client.zrange(key, 0, -1, withscores=True)
+        else:
+            value = client.dump(key)
+        parts.append(f"{key} {kind} {value}")
     return "\n".join(parts)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.backends import open_store
 from bench import servers
+from tests.helpers.stores import open_store
 
 pytestmark = pytest.mark.postgres
 

@@ -1,10 +1,11 @@
 """Fixed-window counters in the token store's PostgreSQL: shared by every worker of every host.
 
 One row per counter (endpoint, address, limit) in the UNLOGGED table ``rate_limits``,
-which the store's schema makes: no WAL is written for a hit, and a crash of the server
-empties the table, which only forgives the running windows. A request's hits on every
-limit are one multi-row UPSERT, one round trip whatever the number of limits; rows are
-locked in key order, so two requests never wait on each other in a cycle. The
+which the backend's schema makes (``sql/schema_2.sql``): no WAL is written for a hit,
+and a crash of the server empties the table, which only forgives the running windows.
+A request's hits on every limit are one multi-row UPSERT, one round trip whatever the
+number of limits; rows are locked in key order, so two requests never wait on each
+other in a cycle. The
 connections are the store's own pool (``app.backends.postgres.client``).
 """
 

@@ -1,5 +1,6 @@
-"""The PostgreSQL store's schema: its versions, made or upgraded on the first connection
-of a process, safely while other workers and hosts start at the same moment.
+"""The PostgreSQL backend's schema (the store's tables and the counters' unlogged
+``rate_limits``): its versions, made or upgraded on the first connection of a process,
+safely while other workers and hosts start at the same moment.
 
 The tables are in ``sql/schema_<version>.sql``, one file per version, each applied in
 order to a database that has not reached it (``token_store_schema`` holds the version);
@@ -28,13 +29,13 @@ SCHEMA_LOCK = "hashtext('token_store_schema')"
 
 
 def read_sql(name: str) -> str:
-    """Return the SQL file ``name`` of the store's ``sql`` folder."""
+    """Return the SQL file ``name`` of the backend's ``sql`` folder."""
     return files("app.backends.postgres").joinpath("sql", name).read_text(encoding="utf-8")
 
 
 @functools.cache
-def store_schema(*, username_index: bool) -> Schema:
-    """Return the store's schema; ``username_index``: with the index the per-user limit reads.
+def backend_schema(*, username_index: bool) -> Schema:
+    """Return the backend's schema; ``username_index``: with the index the per-user limit reads.
 
     One object for each: the pools of a process are told apart by it (``shared_pool``).
     """

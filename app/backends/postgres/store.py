@@ -13,8 +13,9 @@ and failures in ``app.backends.postgres.client``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import astuple
 from typing import Any
 
 import psycopg
@@ -24,22 +25,23 @@ from app.backends.interface import (
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
+    DenyEntry,
+    Imported,
     Outcome,
+    Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    StoredToken,
     TokenRecord,
+    batches,
     lineage_digest,
     token_digest,
 )
-from app.backends.postgres.client import POSTGRES_FAILURES, shared_pool
+from app.backends.postgres.client import POSTGRES_FAILURES, ProcessPool
 from app.backends.postgres.process import Connection
-from app.backends.postgres.schema import store_schema
 
-#: Connections each worker process keeps, and at most opens, by default.
-DEFAULT_POOL_MIN = 1
-DEFAULT_POOL_MAX = 4
 #: A live token: neither retired nor expired (``%(now)s``: the whole second).
 LIVE = "retired_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
 OWNER_OF = (  # positional parameters: psycopg reorders named ones on each call
@@ -63,6 +65,28 @@ ISSUE_RELAXED = (
     "SELECT token_store_issue(%s, %s, %s, %s, %s, %s)"
     " FROM set_config('synchronous_commit', 'off', true)"
 )
+#: The columns of a token as ``export`` yields them (``StoredToken``'s fields, in order).
+EXPORTED = (
+    "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage"
+)
+IMPORT_TOKEN = (
+    f"INSERT INTO refresh_tokens ({EXPORTED}, sequence)"  # noqa: S608 (constants only)
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    " CASE WHEN %s THEN nextval('refresh_tokens_sequence') END) ON CONFLICT (digest) DO NOTHING"
+)
+IMPORT_DENY_ENTRY = (
+    "INSERT INTO denied_tokens (digest, expires_at) VALUES (%s, %s) ON CONFLICT (digest)"
+    " DO UPDATE SET expires_at = greatest(denied_tokens.expires_at, excluded.expires_at)"
+)
+#: Whether the store holds any token or deny entry, even an expired one.
+HOLDS_ANYTHING = (
+    "SELECT EXISTS (SELECT 1 FROM refresh_tokens) OR EXISTS (SELECT 1 FROM denied_tokens)"
+)
+#: What names the table among every server: the server's start (to the microsecond),
+#: the database, and the table's oid there (its schema's).
+IDENTITY = (
+    "SELECT pg_postmaster_start_time(), current_database(), to_regclass('refresh_tokens')::oid"
+)
 #: What a read-only server (a standby, default_transaction_read_only) says to a write.
 READ_ONLY_MESSAGE = "the server refused the write as read-only (a standby, or read-only mode)"
 
@@ -83,27 +107,16 @@ class PostgresTokenStore(RefreshTokenStore):
 
     def __init__(
         self,
-        url: str,
-        timeout: float,
-        connect_timeout: float | None = None,
+        client: ProcessPool,
         policy: RefreshTokenPolicy | None = None,
         durability: str = "normal",
-        pool_size: tuple[int, int] = (DEFAULT_POOL_MIN, DEFAULT_POOL_MAX),
     ) -> None:
         super().__init__(policy)
-        self.url = url
-        self.timeout = timeout
+        self.client = client
+        self.url = client.url
+        self.timeout = client.timeout
         self.relaxed = durability == "relaxed"
-        self.client = shared_pool(
-            url,
-            timeout=timeout,
-            connect_timeout=timeout if connect_timeout is None else connect_timeout,
-            min_size=pool_size[0],
-            max_size=pool_size[1],
-            schema=store_schema(username_index=bool(self.policy.per_user)),
-        )
-        #: Where the store is, for messages and logs: never the password.
-        self.location = self.client.location
+        self.location = client.location
 
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
@@ -199,6 +212,75 @@ class PostgresTokenStore(RefreshTokenStore):
 
     def close(self) -> None:
         self.client.close()
+
+    def export(self) -> Iterator[Record]:
+        try:
+            with (
+                self._copying() as connection,
+                connection.transaction(),  # one snapshot (REPEATABLE READ): one moment
+                connection.cursor(name="token_store_export") as cursor,  # read in batches
+            ):
+                cursor.execute(
+                    f"SELECT {EXPORTED} FROM refresh_tokens"  # noqa: S608 (constants only)
+                    " ORDER BY retired_at IS NOT NULL, username, issued_at,"
+                    " sequence NULLS FIRST, digest"
+                )
+                for row in cursor:
+                    yield StoredToken(*row)
+                for digest, until in connection.execute(
+                    "SELECT digest, expires_at FROM denied_tokens"
+                ):
+                    yield DenyEntry(digest, until)
+        except POSTGRES_FAILURES as error:
+            raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error
+
+    def import_records(self, records: Iterable[Record]) -> Imported:
+        tokens = live = denied = 0
+        try:
+            with self._copying() as connection:
+                for batch in batches(records):
+                    denies = [astuple(r) for r in batch if isinstance(r, DenyEntry)]
+                    rows = [r for r in batch if isinstance(r, StoredToken)]
+                    # a statement for the live rows (numbered in the order given, their
+                    # order of issue, as issue() numbers), then one for the others: each
+                    # row count is of those written
+                    groups = (
+                        [(*astuple(r), True) for r in rows if r.retired_at is None],
+                        [(*astuple(r), False) for r in rows if r.retired_at is not None],
+                    )
+                    with connection.transaction(), connection.cursor() as cursor:
+                        written = []
+                        for group in groups:
+                            cursor.executemany(IMPORT_TOKEN, group)
+                            written.append(max(cursor.rowcount, 0))  # -1 after no row at all
+                        cursor.executemany(IMPORT_DENY_ENTRY, denies)
+                    tokens, live, denied = (
+                        tokens + sum(written),
+                        live + written[0],
+                        denied + len(denies),
+                    )
+        except POSTGRES_FAILURES as error:
+            raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error
+        return Imported(tokens, live, denied)
+
+    def holds_anything(self) -> bool:
+        return bool(self._value(HOLDS_ANYTHING, ()))
+
+    def is_same_store(self, other: RefreshTokenStore) -> bool:
+        # one table by any host name, address, port or socket
+        return isinstance(other, PostgresTokenStore) and self._identity() == other._identity()
+
+    def _identity(self) -> tuple[Any, ...]:
+        with self._connection() as connection:
+            row = connection.execute(IDENTITY).fetchone()
+        return tuple(row or ())
+
+    @contextmanager
+    def _copying(self) -> Iterator[Connection]:
+        """Yield a connection of its own, with no statement timeout: a copy takes its time."""
+        with psycopg.connect(self.client.conninfo, autocommit=True) as connection:
+            connection.execute("SET statement_timeout = 0")
+            yield connection
 
     def _execute(self, statement: str, parameters: Any) -> None:
         self._fetch_one(statement, parameters, fetch=False)

@@ -11,41 +11,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import redis
-from redis.commands.core import Script
 
 from app.backends.interface import BackendUnavailable
-from app.backends.redis.client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
+from app.backends.redis.client import REDIS_FAILURES, failure_message, read_lua
 
 KEY_PREFIX = "rl:"
 HIT_SCRIPT = read_lua("hit.lua")
 FORGIVE_SCRIPT = read_lua("forgive.lua")
 
 
-def _register_hit(client: redis.Redis) -> Script:
-    return client.register_script(HIT_SCRIPT)
-
-
 class RedisCounters:
-    """Fixed-window counters in the Redis at ``url``.
+    """Fixed-window counters in the Redis of ``client`` (the store's, ``redis_backend``):
+    one attempt per call, each bounded by the client's timeouts."""
 
-    As the token store's client (app/backends/redis/client.py): created lazily in each
-    process, one attempt per call, each bounded by ``timeout`` (``connect_timeout``
-    for a new connection).
-    """
-
-    def __init__(self, url: str, timeout: float, connect_timeout: float) -> None:
-        self.url = url
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self._client = ProcessClient(url, timeout, connect_timeout, _register_hit)
+    def __init__(self, client: redis.Redis, location: str) -> None:
+        self.client = client
         #: Where the counters are, for messages and logs: never the password.
-        self.location = self._client.location
+        self.location = location
+        self._hit = client.register_script(HIT_SCRIPT)
+        self._forgive = client.register_script(FORGIVE_SCRIPT)
 
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
         """Count one hit on each (key, window in seconds); return each one's hits and the
         seconds until its window ends, in the order given."""
         try:
-            answer = self._client.get()[1](
+            answer = self._hit(
                 keys=[KEY_PREFIX + key for key, _ in counters],
                 args=[window * 1000 for _, window in counters],
             )
@@ -56,15 +46,13 @@ class RedisCounters:
     def forgive(self, keys: Sequence[str]) -> None:
         """Take back one hit from each running counter of ``keys`` (none goes below 0)."""
         try:
-            self._client.get()[0].eval(
-                FORGIVE_SCRIPT, len(keys), *[KEY_PREFIX + key for key in keys]
-            )
+            self._forgive(keys=[KEY_PREFIX + key for key in keys])
         except REDIS_FAILURES as error:
             raise self._unavailable(error) from error
 
     def close(self) -> None:
-        """Release this process's connections (reopened on next use)."""
-        self._client.close()
+        """Release this process's connections (the store's too: both reopen on next use)."""
+        self.client.close()
 
     def _unavailable(self, error: BaseException) -> BackendUnavailable:
         return BackendUnavailable(failure_message(f"Redis {self.location}", error))

@@ -21,6 +21,7 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
                         expiry, scored by it: the index that purges expired tokens
 ``rt:denied:<digest>``  a signed token refused until the time it holds (a logged-out
                         cookie token), with a TTL to then
+``rt:copy-probe:<hex>`` written for a moment by ``is_same_store`` (expires within a minute)
 
 A digest is 64 hex digits, so no token key can be mistaken for another kind, and
 each user key is its fixed prefix followed by the username verbatim: usernames
@@ -37,9 +38,10 @@ SQLite; the TTLs are set relative to them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import secrets
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from itertools import islice
 from typing import Any, cast
 
 import redis
@@ -48,19 +50,25 @@ from redis.exceptions import NoScriptError
 
 from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
+    IMPORT_BATCH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
+    DenyEntry,
+    Imported,
     Outcome,
+    Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    StoredToken,
     TokenRecord,
+    batches,
     lineage_digest,
     token_digest,
 )
-from app.backends.redis.client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
+from app.backends.redis.client import REDIS_FAILURES, failure_message, read_lua
 
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
@@ -69,6 +77,7 @@ LINEAGE_KEY_PREFIX = "rt:lineage:"
 DIGESTS_KEY = "rt:digests"
 EXPIRING_KEY = "rt:expiring"
 DENIED_KEY_PREFIX = "rt:denied:"
+COPY_PROBE_KEY_PREFIX = "rt:copy-probe:"
 #: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
 PURGE_ALL_BATCH = 1000
 
@@ -81,6 +90,8 @@ SCRIPTS = {
 } | {"login": read_lua("login.lua")}  # fmt: skip
 #: The fields ``owner_of`` reads of a token's hash.
 OWNER_FIELDS = ("username", "expires_at", "retired_at")
+#: The fields of a token's hash an import writes as they are (``retired_at`` is a float's repr).
+PLAIN_FIELDS = ("username", "issued_at", "expires_at", "family", "generation", "parent", "lineage")
 
 
 def _microseconds(now: float) -> int:
@@ -88,84 +99,56 @@ def _microseconds(now: float) -> int:
     return int(now * 1_000_000)
 
 
-@dataclass(frozen=True)
-class _Connection:
-    """One process's client (with its connection pool) and its scripts."""
-
-    client: redis.Redis
-    revoke: Script
-    revoke_all: Script
-    revoke_prefix: Script
-    purge: Script
-    issue: Script
-    rotate: Script
-    login: Script
-
-    @classmethod
-    def of(cls, client: redis.Redis) -> _Connection:
-        """Return ``client`` with the scripts registered (loaded by Redis on first use)."""
-        scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
-        return cls(client, **scripts)
-
-
-def _run_login(connection: _Connection, keys: tuple[str, ...], args: tuple[str | int, ...]) -> None:
-    """Run lua/login.lua: one EVALSHA, one reply (a MULTI of its three writes would cost
-    this process five replies to read); redis-py's Script loads it if Redis lacks it."""
-    try:
-        connection.client.execute_command("EVALSHA", connection.login.sha, 3, *keys, *args)
-    except NoScriptError:  # a Redis restarted since, or another one: load it, run it
-        connection.login(keys=keys, args=args, client=connection.client)
-
-
 class RedisTokenStore(RefreshTokenStore):
     """Refresh tokens in one Redis, shared by every worker of every host.
 
-    The client is app/backends/redis/client.py's: created lazily in each process, each reply
-    bounded by ``timeout`` and each new connection by ``connect_timeout`` (default:
-    ``timeout``), nothing retried, so a dead or frozen Redis answers
-    BackendUnavailable within one timeout, not a multiple.
+    ``client`` is app/backends/redis/client.py's (``redis_backend``): each reply bounded by
+    its timeout and each new connection by its connect timeout, nothing retried, so a
+    dead or frozen Redis answers BackendUnavailable within one timeout, not a multiple.
     """
 
     remote = True
 
     def __init__(
-        self,
-        url: str,
-        timeout: float,
-        connect_timeout: float | None = None,
-        policy: RefreshTokenPolicy | None = None,
+        self, client: redis.Redis, location: str, policy: RefreshTokenPolicy | None = None
     ) -> None:
         super().__init__(policy)
-        self.url = url
-        self.timeout = timeout
-        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
-        self._client = ProcessClient(
-            url, timeout, self.connect_timeout, _Connection.of, decode_responses=True
+        self.client = client
+        self.location = location
+        scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
+        self._revoke, self._revoke_all = scripts["revoke"], scripts["revoke_all"]
+        self._revoke_prefix, self._purge = scripts["revoke_prefix"], scripts["purge"]
+        self._issue, self._rotate, self._login = (
+            scripts["issue"],
+            scripts["rotate"],
+            scripts["login"],
         )
-        #: Where the store is, for messages and logs: never the password.
-        self.location = self._client.location
 
     def issue(self, token: str, username: str) -> None:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
-        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults
+        if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: lua/login.lua
             keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
-            try:  # _answering's work without its generator frames: on every login
-                _run_login(self._open(), keys, (username, issued_at, _microseconds(now), digest))
+            args = (username, issued_at, _microseconds(now), digest)
+            try:
+                # evalsha rather than the Script's call, which costs a login a few percent
+                # more; the Script loads it where Redis lacks it (restarted, or another one)
+                self.client.evalsha(self._login.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                self._login(keys=keys, args=args)
             except REDIS_FAILURES as error:
                 raise self._unavailable(error) from error
             return
         expires_at = issued_at + policy.lifetime if policy.lifetime else ""
-        with self._answering() as connection:
+        with self._answering():
             self._run(
-                connection, connection.issue, [], digest, username, repr(now),
-                issued_at, expires_at, policy.per_user, PURGE_BATCH, _microseconds(now),
+                self._issue, [], digest, username, repr(now), issued_at, expires_at,
+                policy.per_user, PURGE_BATCH, _microseconds(now),
             )  # fmt: skip
 
     def owner_of(self, token: str) -> str | None:
-        key = TOKEN_KEY_PREFIX + token_digest(token)
-        try:  # _answering's work without its generator frames, HMGET without hmget's: every /token
-            record = self._open().client.execute_command("HMGET", key, *OWNER_FIELDS)
+        try:
+            record = self.client.hmget(TOKEN_KEY_PREFIX + token_digest(token), OWNER_FIELDS)
         except REDIS_FAILURES as error:
             raise self._unavailable(error) from error
         owner, expires_at, retired_at = cast(list[str | None], record)  # decode_responses: text
@@ -175,9 +158,9 @@ class RedisTokenStore(RefreshTokenStore):
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         now, policy = self.clock(), self.policy
-        with self._answering() as connection:
+        with self._answering():
             outcome, family = self._call(
-                connection, connection.rotate, [],
+                self._rotate, [],
                 token_digest(token), token_digest(successor), username, repr(now), int(now),
                 policy.lifetime or "", repr(policy.reuse_grace), RETIRED_GENERATIONS_KEPT,
                 PURGE_BATCH, _microseconds(now), lineage_digest(token) or "",
@@ -185,22 +168,22 @@ class RedisTokenStore(RefreshTokenStore):
         return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH])
 
     def revoke(self, token: str) -> Revocation:
-        with self._answering() as connection:
+        with self._answering():
             known, reused, family, username = self._call(
-                connection, connection.revoke, [],
+                self._revoke, [],
                 token_digest(token), lineage_digest(token) or "", repr(self.clock()),
             )  # fmt: skip
         return Revocation(bool(known), bool(reused), family[:DIGEST_PREFIX_LENGTH], username)
 
     def purge_expired(self, limit: int = PURGE_BATCH) -> int:
-        with self._answering() as connection:
-            return self._run(connection, connection.purge, [], repr(self.clock()), limit)
+        with self._answering():
+            return self._run(self._purge, [], repr(self.clock()), limit)
 
     def tokens_of(self, username: str) -> list[TokenRecord]:
         self._purge_all_expired()
-        with self._answering() as connection:
-            digests = cast(list[str], connection.client.zrange(USER_KEY_PREFIX + username, 0, -1))
-            reads = connection.client.pipeline(transaction=False)
+        with self._answering():
+            digests = cast(list[str], self.client.zrange(USER_KEY_PREFIX + username, 0, -1))
+            reads = self.client.pipeline(transaction=False)
             for digest in digests:
                 reads.hget(TOKEN_KEY_PREFIX + digest, "issued_at")
             times = cast(list[str | None], reads.execute())  # decode_responses: text
@@ -211,37 +194,37 @@ class RedisTokenStore(RefreshTokenStore):
         ]
 
     def revoke_all(self, username: str) -> int:
-        with self._answering() as connection:
-            return self._run(connection, connection.revoke_all, [USER_KEY_PREFIX + username])
+        with self._answering():
+            return self._run(self._revoke_all, [USER_KEY_PREFIX + username])
 
     def _revoke_digest(self, prefix: str) -> int:
         self._purge_all_expired()
-        with self._answering() as connection:
-            return self._run(connection, connection.revoke_prefix, [], prefix)
+        with self._answering():
+            return self._run(self._revoke_prefix, [], prefix)
 
     def deny(self, digest: str, until: float) -> None:
         now = self.clock()
         if until <= now:
             return
-        with self._answering() as connection:
+        with self._answering():
             # the TTL counts from this host's clock, like the tokens' (module docstring)
-            connection.client.set(
+            self.client.set(
                 DENIED_KEY_PREFIX + digest, repr(until), px=max(1, math.ceil((until - now) * 1000))
             )
 
     def is_denied(self, *digests: str) -> bool:
-        with self._answering() as connection:
+        with self._answering():
             untils = cast(
                 list[str | None],
-                connection.client.mget([DENIED_KEY_PREFIX + digest for digest in digests]),
+                self.client.mget([DENIED_KEY_PREFIX + digest for digest in digests]),
             )
         now = self.clock()
         return any(until is not None and now < float(until) for until in untils)
 
     def count(self) -> int:
         self._purge_all_expired()
-        with self._answering() as connection:
-            return int(connection.client.zcard(DIGESTS_KEY))
+        with self._answering():
+            return int(self.client.zcard(DIGESTS_KEY))
 
     def _purge_all_expired(self) -> None:
         """Purge every expired token, a batch per script call, so the indexes hold live ones."""
@@ -249,36 +232,152 @@ class RedisTokenStore(RefreshTokenStore):
             pass
 
     def ping(self) -> None:
-        with self._answering() as connection:
-            connection.client.ping()
+        with self._answering():
+            self.client.ping()
 
     def close(self) -> None:
-        self._client.close()
+        self.client.close()
+
+    def export(self) -> Iterator[Record]:
+        with self._answering():
+            # live tokens, each user's in order of issue (the user's sorted set)
+            for user_key in self.client.scan_iter(USER_KEY_PREFIX + "*", count=IMPORT_BATCH):
+                members = cast(list[str], self.client.zrange(user_key, 0, -1))
+                for digests in _chunks(members):
+                    yield from self._tokens(digests, retired=False)
+            # then the retired ones, kept only to recognise their reuse
+            pattern = TOKEN_KEY_PREFIX + "*"
+            for keys in _chunks(self.client.scan_iter(pattern, count=IMPORT_BATCH)):
+                digests = [key.removeprefix(TOKEN_KEY_PREFIX) for key in keys]
+                yield from self._tokens(digests, retired=True)
+            for key in self.client.scan_iter(DENIED_KEY_PREFIX + "*", count=IMPORT_BATCH):
+                until = self.client.get(key)
+                if until is not None:
+                    yield DenyEntry(key.removeprefix(DENIED_KEY_PREFIX), float(until))
+
+    def _tokens(self, digests: list[str], *, retired: bool) -> Iterator[StoredToken]:
+        """Yield the tokens of ``digests`` that are retired, or not (one pipeline)."""
+        reads = self.client.pipeline(transaction=False)
+        for digest in digests:
+            reads.hgetall(TOKEN_KEY_PREFIX + digest)
+        for digest, fields in zip(digests, reads.execute(), strict=True):
+            if fields and ("retired_at" in fields) == retired:  # else expired meanwhile
+                yield _stored_token(digest, fields)
+
+    def import_records(self, records: Iterable[Record]) -> Imported:
+        now, tokens, live, denied = self.clock(), 0, 0, 0
+        #: Each user's newest score: a user's live tokens come in order of issue, and
+        #: same-second ones get increasing microseconds, as the scripts give them.
+        newest: dict[str, int] = {}
+        with self._answering():
+            for batch in batches(records):
+                known = self.client.pipeline(transaction=False)
+                for record in batch:
+                    if isinstance(record, StoredToken):
+                        known.exists(TOKEN_KEY_PREFIX + record.digest)
+                found = iter(known.execute())
+                writes = self.client.pipeline(transaction=True)
+                for record in batch:
+                    if isinstance(record, DenyEntry):
+                        writes.set(
+                            DENIED_KEY_PREFIX + record.digest, repr(record.until),
+                            px=max(1, math.ceil((record.until - now) * 1000)),
+                        )  # fmt: skip
+                        denied += 1
+                        continue
+                    exists = next(found)
+                    if exists:
+                        continue
+                    tokens += 1
+                    live += record.retired_at is None
+                    score = None
+                    if record.retired_at is None:
+                        floor = _microseconds(record.issued_at)
+                        score = max(floor, newest.get(record.username, floor - 1) + 1)
+                        newest[record.username] = score
+                    _write_token(writes, record, score, now)
+                writes.execute()
+        return Imported(tokens, live, denied)
+
+    def holds_anything(self) -> bool:
+        with self._answering():
+            keys = self.client.scan_iter("rt:*", count=IMPORT_BATCH)
+            return next(iter(keys), None) is not None
+
+    def is_same_store(self, other: RefreshTokenStore) -> bool:
+        # one database by any address or socket: a key written here is looked for there
+        if not isinstance(other, RedisTokenStore):
+            return False
+        probe = COPY_PROBE_KEY_PREFIX + secrets.token_hex(16)
+        with self._answering():
+            other.client.set(probe, "", px=60_000)  # gone by itself should the delete fail
+            try:
+                return bool(self.client.exists(probe))
+            finally:
+                other.client.delete(probe)
 
     @classmethod
-    def _run(
-        cls, connection: _Connection, script: Script, keys: list[str], *args: str | int
-    ) -> int:
-        return int(cls._call(connection, script, keys, *args))
+    def _run(cls, script: Script, keys: list[str], *args: str | int) -> int:
+        return int(cls._call(script, keys, *args))
 
     @staticmethod
-    def _call(connection: _Connection, script: Script, keys: list[str], *args: str | int) -> Any:
+    def _call(script: Script, keys: list[str], *args: str | int) -> Any:
         return script(
             keys=[DIGESTS_KEY, EXPIRING_KEY, *keys],
             args=[TOKEN_KEY_PREFIX, USER_KEY_PREFIX, FAMILY_KEY_PREFIX, LINEAGE_KEY_PREFIX, *args],
-            client=connection.client,
         )
 
     @contextmanager
-    def _answering(self) -> Iterator[_Connection]:
-        """Yield this process's connection; turn every Redis failure into one error."""
+    def _answering(self) -> Iterator[None]:
+        """Run the block; turn every Redis failure into one BackendUnavailable."""
         try:
-            yield self._open()
+            yield
         except REDIS_FAILURES as error:
             raise self._unavailable(error) from error
 
     def _unavailable(self, error: BaseException) -> BackendUnavailable:
         return BackendUnavailable(failure_message(f"Redis store {self.location}", error))
 
-    def _open(self) -> _Connection:
-        return self._client.get()[1]
+
+def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, IMPORT_BATCH)):
+        yield chunk
+
+
+def _stored_token(digest: str, fields: dict[str, str]) -> StoredToken:
+    def number(name: str, kind: type[Any]) -> Any:
+        return kind(fields[name]) if name in fields else None
+
+    return StoredToken(
+        digest, fields["username"], int(fields["issued_at"]), number("expires_at", int),
+        fields.get("family"), number("generation", int), number("retired_at", float),
+        fields.get("parent"), fields.get("lineage"),
+    )  # fmt: skip
+
+
+def _write_token(writes: Any, token: StoredToken, score: int | None, now: float) -> None:
+    """Add to ``writes`` the keys of ``token`` as the scripts lay them out; ``score``: its
+    place among its user's live tokens (None for a retired one)."""
+    key = TOKEN_KEY_PREFIX + token.digest
+    fields = {name: value for name in PLAIN_FIELDS if (value := getattr(token, name)) is not None}
+    if token.retired_at is not None:
+        fields["retired_at"] = repr(token.retired_at)
+    writes.hset(key, mapping=fields)
+    if score is not None:  # a live token: in its user's and the count's indexes
+        writes.zadd(USER_KEY_PREFIX + token.username, {token.digest: score})
+        writes.zadd(DIGESTS_KEY, {token.digest: 0})
+    if token.family is not None:
+        writes.zadd(FAMILY_KEY_PREFIX + token.family, {token.digest: token.generation or 0})
+        if token.lineage is not None:  # the family known by its lineage
+            lineage = {"family": token.family, "username": token.username}
+            writes.hset(LINEAGE_KEY_PREFIX + token.lineage, mapping=lineage)
+    if token.expires_at is not None:
+        ttl = max(1, math.floor((token.expires_at - now) * 1000))
+        writes.zadd(EXPIRING_KEY, {token.digest + token.username: token.expires_at})
+        writes.pexpire(key, ttl)
+        if token.family is not None:
+            writes.pexpire(FAMILY_KEY_PREFIX + token.family, ttl)
+        if token.family is not None and token.lineage is not None:
+            writes.hset(LINEAGE_KEY_PREFIX + token.lineage, "expires_at", token.expires_at)
+            writes.pexpire(LINEAGE_KEY_PREFIX + token.lineage, ttl)

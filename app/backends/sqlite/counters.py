@@ -20,15 +20,21 @@ from contextlib import contextmanager
 
 from app.backends.interface import BackendUnavailable
 from app.backends.sqlite.files import ProcessWriter, connect_wal, error_text
+from app.backends.sqlite.tables import migrate
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS rate_limits (
-    key        TEXT PRIMARY KEY,
-    hits       INTEGER NOT NULL,
-    expires_at REAL NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS rate_limits_by_expiry ON rate_limits (expires_at);
-"""
+
+def _version_1(connection: sqlite3.Connection) -> None:
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS rate_limits"
+        " (key TEXT PRIMARY KEY, hits INTEGER NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID"
+    )
+    connection.execute(
+        "CREATE INDEX IF NOT EXISTS rate_limits_by_expiry ON rate_limits (expires_at)"
+    )
+
+
+#: The counters file's steps, one per version (``PRAGMA user_version``), as the store's.
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1,)
 #: Seconds between two purges of ended windows, per process (through the expiry index).
 PURGE_INTERVAL = 60.0
 
@@ -107,8 +113,4 @@ class SQLiteCounters:
 
     def _connect(self) -> sqlite3.Connection:
         # OFF: a crash of a process loses nothing in WAL mode; a power cut, a few counts
-        return connect_wal(self.path, self.timeout, "OFF", _create_schema)
-
-
-def _create_schema(connection: sqlite3.Connection) -> None:
-    connection.executescript(SCHEMA)
+        return connect_wal(self.path, self.timeout, "OFF", functools.partial(migrate, steps=STEPS))

@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import astuple
 
 from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
+    DenyEntry,
+    Imported,
     Outcome,
+    Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    StoredToken,
     TokenRecord,
+    batches,
     lineage_digest,
     token_digest,
 )
 from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
 from app.backends.sqlite.tables import create_schema, forget_live, purge, transaction
+
+#: The columns of a token as ``export`` yields them (``StoredToken``'s fields, in order).
+EXPORTED = (
+    "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage"
+)
 
 
 class SQLiteTokenStore(RefreshTokenStore):
@@ -56,6 +69,7 @@ class SQLiteTokenStore(RefreshTokenStore):
     ) -> None:
         super().__init__(policy)
         self.path = path
+        self.location = os.path.abspath(path)
         self.timeout = timeout
         self.strict = durability == "strict"
         self._connections = ThreadConnections(self._connect)
@@ -291,6 +305,73 @@ class SQLiteTokenStore(RefreshTokenStore):
     def close(self) -> None:
         self._connections.close()
         self._writer.close()
+
+    def export(self) -> Iterator[Record]:
+        # a connection of its own, read-only: one read transaction, one moment of the file
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.timeout)
+            ) as connection:
+                connection.execute("BEGIN")
+                tokens = connection.execute(
+                    f"SELECT {EXPORTED} FROM refresh_tokens"  # noqa: S608 (constants only)
+                    " ORDER BY retired_at IS NOT NULL, username, issued_at, sequence, digest"
+                )
+                for row in tokens:
+                    yield StoredToken(*row)
+                for digest, until in connection.execute(
+                    "SELECT digest, expires_at FROM denied_tokens"
+                ):
+                    yield DenyEntry(digest, until)
+                connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            raise self._unavailable(error) from error
+
+    def import_records(self, records: Iterable[Record]) -> Imported:
+        tokens = live = denied = 0
+        for batch in batches(records):
+            with self._connection(durable=True) as connection, transaction(connection):
+                (sequence,) = connection.execute(
+                    "SELECT coalesce(max(sequence), 0) FROM refresh_tokens"
+                ).fetchone()
+                for record in batch:
+                    if isinstance(record, DenyEntry):
+                        connection.execute(
+                            "INSERT INTO denied_tokens (digest, expires_at) VALUES (?, ?)"
+                            " ON CONFLICT (digest) DO UPDATE"
+                            " SET expires_at = max(expires_at, excluded.expires_at)",
+                            (record.digest, record.until),
+                        )
+                        denied += 1
+                        continue
+                    is_live = record.retired_at is None
+                    sequence += is_live  # live ones come in order of issue: number them so
+                    written = connection.execute(
+                        f"INSERT OR IGNORE INTO refresh_tokens ({EXPORTED}, sequence)"  # noqa: S608
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*astuple(record), sequence if is_live else None),
+                    ).rowcount
+                    tokens += written
+                    live += written and is_live
+        return Imported(tokens, live, denied)
+
+    def holds_anything(self) -> bool:
+        with self._connection() as connection:
+            (found,) = connection.execute(
+                "SELECT EXISTS (SELECT 1 FROM refresh_tokens)"
+                " OR EXISTS (SELECT 1 FROM denied_tokens)"
+            ).fetchone()
+        return bool(found)
+
+    def is_same_store(self, other: RefreshTokenStore) -> bool:
+        # one file by any path (relative, through a symbolic or a hard link); this one
+        # exists once pinged. Asked before ``other`` opens it: through a hard link, SQLite
+        # would look for a write-ahead log named after the link, and not find this one's.
+        return (
+            isinstance(other, SQLiteTokenStore)
+            and os.path.exists(other.path)
+            and os.path.samefile(self.path, other.path)
+        )
 
     @contextmanager
     def _connection(

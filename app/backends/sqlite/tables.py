@@ -1,40 +1,30 @@
-"""The SQLite store's tables: their schema, the migration of files an older schema made,
-and the statements that several operations share."""
+"""The SQLite store's tables: their schema, its numbered versions (``PRAGMA user_version``)
+and the migration of files an older version made, and the statements that several
+operations share."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS refresh_tokens (
-    digest     TEXT PRIMARY KEY,
-    username   TEXT NOT NULL,
-    issued_at  INTEGER NOT NULL,
-    expires_at INTEGER,
-    family     TEXT,
-    generation INTEGER,
-    retired_at REAL,
-    parent     TEXT,
-    sequence   INTEGER,
-    lineage    TEXT
-) WITHOUT ROWID;
-"""
-#: Columns added since the first schema: ALTER TABLE adds each one a file lacks.
-#: ``expires_at``: NULL, valid until revoked. ``family``: the digest of the family's
-#: first token, NULL for a token never rotated (a family of its own); ``generation``:
-#: 0 for a login, +1 per rotation; ``retired_at``: when it was rotated, NULL while live;
-#: ``parent``: the digest of the token whose rotation made it, NULL for a login (and for a
-#: successor made before the column: a retry then finds no unused successor, and is reuse);
-#: ``sequence``: the order of issue, so that same-second tokens are told apart exactly,
-#: set under a per-user limit or a lifetime; NULL without either (SPEC.md's defaults'
-#: one INSERT, where nothing is evicted) and in older rows, which sort first in a second.
-#: ``lineage``: on a family's live successor only, the digest of the family's lineage
-#: (base.LINEAGE_LENGTH), by which a token the family forgot is still known as its own;
-#: NULL on a login, on a retired token, and on a successor made before the column (its
-#: family gets one at its next rotation).
-ADDED_COLUMNS = {
+#: The columns of refresh_tokens. ``expires_at``: NULL, valid until revoked. ``family``:
+#: the digest of the family's first token, NULL for a token never rotated (a family of its
+#: own); ``generation``: 0 for a login, +1 per rotation; ``retired_at``: when it was
+#: rotated, NULL while live; ``parent``: the digest of the token whose rotation made it,
+#: NULL for a login (and for a successor made before the column: a retry then finds no
+#: unused successor, and is reuse); ``sequence``: the order of issue, so that same-second
+#: tokens are told apart exactly, set under a per-user limit or a lifetime (and by an
+#: import); NULL without either (SPEC.md's defaults' one INSERT, where nothing is evicted)
+#: and in older rows, which sort first in a second. ``lineage``: on a family's live
+#: successor only, the digest of the family's lineage (interface.LINEAGE_LENGTH), by which
+#: a token the family forgot is still known as its own; NULL on a login, on a retired
+#: token, and on a successor made before the column (its family gets one at its next
+#: rotation).
+COLUMNS = {
+    "digest": "TEXT PRIMARY KEY",
+    "username": "TEXT NOT NULL",
+    "issued_at": "INTEGER NOT NULL",
     "expires_at": "INTEGER",
     "family": "TEXT",
     "generation": "INTEGER",
@@ -44,24 +34,22 @@ ADDED_COLUMNS = {
     "lineage": "TEXT",
 }
 #: Partial indexes: a token without expiry or family (SPEC.md's defaults) adds nothing.
-INDEXES = """
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_expiry
-    ON refresh_tokens (expires_at) WHERE expires_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_family
-    ON refresh_tokens (family, generation) WHERE family IS NOT NULL;
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_sequence
-    ON refresh_tokens (sequence) WHERE sequence IS NOT NULL;
-CREATE INDEX IF NOT EXISTS refresh_tokens_by_lineage
-    ON refresh_tokens (lineage) WHERE lineage IS NOT NULL;
-"""
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS refresh_tokens_by_expiry"
+    " ON refresh_tokens (expires_at) WHERE expires_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS refresh_tokens_by_family"
+    " ON refresh_tokens (family, generation) WHERE family IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS refresh_tokens_by_sequence"
+    " ON refresh_tokens (sequence) WHERE sequence IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS refresh_tokens_by_lineage"
+    " ON refresh_tokens (lineage) WHERE lineage IS NOT NULL",
+)
 #: Signed tokens refused until they expire (a logged-out cookie token), by digest.
-DENIED_SCHEMA = """
-CREATE TABLE IF NOT EXISTS denied_tokens (
-    digest     TEXT PRIMARY KEY,
-    expires_at REAL NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS denied_tokens_by_expiry ON denied_tokens (expires_at);
-"""
+DENIED_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS denied_tokens"
+    " (digest TEXT PRIMARY KEY, expires_at REAL NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS denied_tokens_by_expiry ON denied_tokens (expires_at)",
+)
 #: Only the per-user limit needs a user's tokens on every login: this index is made when
 #: the limit is set, and kept after (another process may have the limit set). Without
 #: it each login writes one page less (docs/performance.md has the measure), and
@@ -72,15 +60,56 @@ USERNAME_INDEX = (
 
 
 def create_schema(connection: sqlite3.Connection, *, username_index: bool) -> None:
-    """Create the tables and indexes a file lacks, and migrate one an older schema made.
+    """Bring the file to ``SCHEMA_VERSION`` (a new one from nothing), keeping every row.
 
     ``username_index``: make the index that the per-user limit reads on every login.
     """
-    connection.executescript(SCHEMA)
-    _migrate(connection)
-    connection.executescript(DENIED_SCHEMA)
+    migrate(connection, STEPS)
     if username_index:
         connection.execute(USERNAME_INDEX)
+
+
+def migrate(
+    connection: sqlite3.Connection, steps: Sequence[Callable[[sqlite3.Connection], None]]
+) -> None:
+    """Run the ``steps`` a file has not had, in order, in one write transaction, and
+    record its version (``PRAGMA user_version``). The version is read again under the
+    write lock: of processes opening a file together, one migrates, and the others then
+    find it done. A file at a newer version than ``steps`` knows is left as it is."""
+    if _version(connection) >= len(steps):
+        return
+    with transaction(connection):
+        version = _version(connection)
+        for step in steps[version:]:
+            step(connection)
+        if version < len(steps):
+            connection.execute(f"PRAGMA user_version = {len(steps)}")
+
+
+def _version(connection: sqlite3.Connection) -> int:
+    (version,) = connection.execute("PRAGMA user_version").fetchone()
+    return int(version)
+
+
+def _version_1(connection: sqlite3.Connection) -> None:
+    """The tables as versions began: a new file gets them whole; a file from before
+    versions (no user_version) has refresh_tokens with any earlier set of columns, and
+    gains each one it lacks."""
+    columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+    connection.execute(f"CREATE TABLE IF NOT EXISTS refresh_tokens ({columns}) WITHOUT ROWID")
+    present = {row[1] for row in connection.execute("PRAGMA table_info(refresh_tokens)")}
+    for name, kind in COLUMNS.items():
+        if name not in present:
+            connection.execute(f"ALTER TABLE refresh_tokens ADD COLUMN {name} {kind}")
+    for statement in (*INDEXES, *DENIED_SCHEMA):
+        connection.execute(statement)
+
+
+#: The store file's steps, one per version, kept in its ``PRAGMA user_version``: ``STEPS[n]``
+#: brings a file from version ``n`` to ``n + 1``. A later change of the schema is a new step.
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1,)
+#: The version of the schema this code makes.
+SCHEMA_VERSION = len(STEPS)
 
 
 @contextmanager
@@ -111,18 +140,3 @@ def forget_live(connection: sqlite3.Connection, digest: str, family: str | None)
         connection.execute("DELETE FROM refresh_tokens WHERE digest = ?", (digest,))
     else:
         connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
-
-
-def _migrate(connection: sqlite3.Connection) -> None:
-    """Add the columns and indexes that a file made by an older schema lacks."""
-    if _missing_columns(connection):
-        with transaction(connection):  # one process alters; the others then find nothing
-            for column in _missing_columns(connection):
-                kind = ADDED_COLUMNS[column]
-                connection.execute(f"ALTER TABLE refresh_tokens ADD COLUMN {column} {kind}")
-    connection.executescript(INDEXES)
-
-
-def _missing_columns(connection: sqlite3.Connection) -> list[str]:
-    present = {row[1] for row in connection.execute("PRAGMA table_info(refresh_tokens)")}
-    return [column for column in ADDED_COLUMNS if column not in present]

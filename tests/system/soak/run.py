@@ -281,7 +281,7 @@ class Soak:
 
     def token_lost(self) -> str:
         """Log a canary in, then remove its refresh token from the store directly."""
-        from app.backends import open_store
+        from app.backends import backend_at
 
         plain = self.services[0]
         connection = Connection(plain.port, "127.0.0.1", plain.name)
@@ -295,7 +295,7 @@ class Soak:
         if answer.status != 200:
             raise RuntimeError(f"the canary could not log in: {answer}")
         self.ledger.given(body["refreshToken"], "canary", plain.name)
-        store = open_store(self.store_url, 5.0)
+        store = backend_at(self.store_url, 5.0).store
         try:
             store.revoke(body["refreshToken"])
         finally:

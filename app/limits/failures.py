@@ -1,0 +1,61 @@
+"""What both limits do while their counters fail: one try a second, one log line a minute.
+
+The address limit then lets requests pass (it guards capacity), the failed-login limit
+refuses logins (it guards a password); each says so in its own words, but both keep
+this one state: after a failure the counters are not tried again for
+RETRY_AFTER_FAILURE seconds, and at most one line is logged per FAILURE_LOG_INTERVAL,
+per process, with the count of the failures it did not report.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+from app.backends.interface import FAILURE_LOG_INTERVAL, RETRY_AFTER_FAILURE
+
+
+class CounterFailures:
+    """The failures of one limit's counters, in one process."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        #: The time source (monotonic seconds); tests may replace it.
+        self.clock = clock
+        self._retry_at = 0.0  # 0: not failing
+        self._reported_at = -math.inf
+        self._unreported = 0
+        self._lock = threading.Lock()
+
+    def waiting(self) -> bool:
+        """Return whether a failure is so recent that the counters are not tried again."""
+        return bool(self._retry_at) and self.clock() < self._retry_at
+
+    @property
+    def failing(self) -> bool:
+        """Return whether the last try failed."""
+        return bool(self._retry_at)
+
+    def failed(self, tried: bool) -> int | None:
+        """Note a failure: of a try (``tried``), or of a call not tried while ``waiting``.
+        Return how many earlier ones went unreported if this one is to be logged, else None."""
+        now = self.clock()
+        with self._lock:
+            if tried:
+                self._retry_at = now + RETRY_AFTER_FAILURE
+            if now - self._reported_at < FAILURE_LOG_INTERVAL:
+                self._unreported += 1
+                return None
+            self._reported_at, unreported, self._unreported = now, self._unreported, 0
+        return unreported
+
+    def recovered(self) -> int | None:
+        """Note a try that answered: if the counters were failing, return how many
+        failures went unreported since the last line (to log the recovery), else None."""
+        with self._lock:
+            if not self._retry_at:
+                return None
+            self._retry_at = 0.0
+            unreported, self._unreported = self._unreported, 0
+            self._reported_at = -math.inf
+        return unreported
