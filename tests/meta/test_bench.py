@@ -18,6 +18,7 @@ import pytest
 from bench import clients, micro, paired, report, request_line, run, scenarios, servers, wrk
 from bench.paired import Pair, Run
 from bench.scenarios import FLOOR, GROUPS, SERVICE, STORES, App, Case, cases
+from tests.helpers.stores import open_store
 from tests.helpers.tools import ROOT
 
 WRK_OUTPUT = """\
@@ -331,8 +332,6 @@ def test_the_prefill_goes_through_the_stores_own_issue(tmp_path):
     url = f"sqlite:///{tmp_path / 'tokens.sqlite3'}"
     servers.prefill(url, 10)
     assert servers.stored(url) == 10
-    from app.backends import open_store
-
     assert [len(open_store(url, timeout=2).tokens_of(f"user{n}")) for n in range(3)] == [4, 4, 2]
 
 
