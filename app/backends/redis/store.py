@@ -14,7 +14,7 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
 ``rt:family:<digest>``  sorted set of a rotated family's digests, scored by generation
 ``rt:lineage:<digest>`` hash ``{family, username}`` of a rotated family (and its
                         ``expires_at`` with a lifetime), under the digest
-                        of its lineage (base.LINEAGE_LENGTH), which the family's live
+                        of its lineage (interface.LINEAGE_LENGTH), which the family's live
                         token's hash holds too (``lineage``): a token the family forgot is
                         still its own
 ``rt:expiring``         sorted set of ``<digest><username>`` of every token with an

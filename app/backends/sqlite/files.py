@@ -109,7 +109,7 @@ class ProcessWriter:
     that finds the file locked sleeps 1 ms, then 2, then 5... (its busy handler). Threads
     that each wrote on a connection of their own would meet there at every burst of
     writes; here they queue on a lock instead, each going in as soon as the one before
-    is done (8% less CPU per login under load, bench/paired.py's measure). Workers of
+    is done, which costs less CPU than polling. Workers of
     other processes still meet in SQLite's busy handler, far less often.
     """
 

@@ -52,7 +52,7 @@ DENIED_SCHEMA = (
 )
 #: Only the per-user limit needs a user's tokens on every login: this index is made when
 #: the limit is set, and kept after (another process may have the limit set). Without
-#: it each login writes one page less (docs/performance.md has the measure), and
+#: it each login writes one page less, and
 #: ``flask tokens list`` and ``revoke-user`` scan the table.
 USERNAME_INDEX = (
     "CREATE INDEX IF NOT EXISTS refresh_tokens_by_username ON refresh_tokens (username, issued_at)"
