@@ -16,9 +16,10 @@ from app.backends.interface import (
     successor_of,
     token_digest,
 )
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import Settings
 from app.config.store_url import parse_store_url
-from app.extensions import TOKEN_STORE
+from app.extensions import TOKEN_STORE, clock_of
 
 __all__ = [
     "BackendUnavailable",
@@ -44,6 +45,7 @@ def open_store(
     policy: RefreshTokenPolicy | None = None,
     durability: str = "normal",
     pool_size: tuple[int, int] = (1, 4),
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RefreshTokenStore:
     """Return the store backend that ``url`` names (validated by Settings).
 
@@ -52,20 +54,22 @@ def open_store(
     ``timeout``. ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user
     limit. ``durability`` is ``normal`` or ``strict`` (SQLite), or ``relaxed``
     (PostgreSQL); Redis's is its own ``appendfsync``. ``pool_size`` (PostgreSQL) is the
-    connections each process keeps and opens at most.
+    connections each process keeps and opens at most. ``clock``: the app's.
     """
     location = parse_store_url(url)
     if location.backend == "sqlite":
         from app.backends.sqlite.store import SQLiteTokenStore  # only SQLite hosts load it
 
-        return SQLiteTokenStore(location.path, timeout, policy, durability)
+        return SQLiteTokenStore(location.path, timeout, policy, durability, clock)
     if location.backend == "postgresql":
         from app.backends.postgres.store import PostgresTokenStore  # only they load psycopg
 
-        return PostgresTokenStore(url, timeout, connect_timeout, policy, durability, pool_size)
+        return PostgresTokenStore(
+            url, timeout, connect_timeout, policy, durability, pool_size, clock
+        )
     from app.backends.redis.store import RedisTokenStore  # only Redis hosts load redis-py
 
-    return RedisTokenStore(location.url, timeout, connect_timeout, policy)
+    return RedisTokenStore(location.url, timeout, connect_timeout, policy, clock)
 
 
 def init_store(app: Flask, settings: Settings) -> None:
@@ -86,6 +90,7 @@ def init_store(app: Flask, settings: Settings) -> None:
         policy,
         settings.store_durability,
         (settings.store_pool_min, settings.store_pool_max),
+        clock_of(app),
     )
     app.extensions[TOKEN_STORE] = store
     if store.remote:

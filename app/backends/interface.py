@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -19,6 +18,7 @@ from typing import Protocol
 from limits import RateLimitItem
 
 from app.auth.tokens import REFRESH_TOKEN_LENGTH, new_refresh_token
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: How many hex characters of a digest are shown to operators.
 DIGEST_PREFIX_LENGTH = 12
@@ -159,10 +159,12 @@ class RefreshTokenStore(ABC):
     #: (a SQLite file is checked with the settings, and opened on first use).
     remote = False
 
-    def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
+    def __init__(
+        self, policy: RefreshTokenPolicy | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.policy = policy or RefreshTokenPolicy()
-        #: The time source, seconds since the epoch; tests may replace it.
-        self.clock: Callable[[], float] = time.time
+        #: The app's clock: ``clock()`` is the time the records carry.
+        self.clock = clock
 
     @abstractmethod
     def issue(self, token: str, username: str) -> None:

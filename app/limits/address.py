@@ -29,7 +29,6 @@ import ipaddress
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 
 from flask import Flask, has_request_context, request
@@ -44,9 +43,10 @@ from app.backends.interface import (
     seconds_until_free,
     windows_of,
 )
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.parsers import IPNetwork
 from app.config.settings import Settings
-from app.extensions import RATE_LIMITER, TOKEN_STORE
+from app.extensions import RATE_LIMITER, TOKEN_STORE, clock_of
 from app.http.proxy import FORWARDED_KEY, parse_address
 from app.http.request_log import note
 from app.limits.login_failures import init_login_failure_limit
@@ -68,13 +68,19 @@ class RateLimiter:
     """The limits of one app: ``check`` counts a request and says whether it may go on."""
 
     def __init__(
-        self, limits: tuple[RateLimitItem, ...], exempt: tuple[IPNetwork, ...], storage: Counters
+        self,
+        limits: tuple[RateLimitItem, ...],
+        exempt: tuple[IPNetwork, ...],
+        storage: Counters,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.limits = limits
         #: Each limit's amount, window in seconds, and the end of its counters' keys.
         self.windows = windows_of(limits)
         self.exempt = exempt
         self.storage = storage
+        #: The app's clock: its monotonic time spaces the tries of a failed storage.
+        self.clock = clock
         #: Called once for each request let through unchecked because the storage failed:
         #: point it at a metrics counter. ``storage_failures`` counts them too.
         self.on_storage_failure: Callable[[], None] = note_failure
@@ -101,7 +107,7 @@ class RateLimiter:
                 forwarded = has_request_context() and FORWARDED_KEY in request.environ
             if not forwarded:
                 return None
-        if self._unchecked_until and time.monotonic() < self._unchecked_until:
+        if self._unchecked_until and self.clock.monotonic() < self._unchecked_until:
             self._storage_failed(None)
             return None
         counters = [(f"{endpoint}/{key}{suffix}", window) for _, window, suffix in self.windows]
@@ -128,7 +134,7 @@ class RateLimiter:
         """Let the request through, count it, and log it at most once a minute."""
         self.storage_failures += 1
         self.on_storage_failure()
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             if error is not None:
                 self._failing = True
@@ -161,7 +167,8 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
     """Attach the rate limiter to ``app``, or None with RATE_LIMIT_AUTH=off."""
     limiter = None
     if settings.rate_limit_auth:
-        storage = open_storage(settings, app.extensions.get(TOKEN_STORE))
-        limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, storage)
+        clock = clock_of(app)
+        storage = open_storage(settings, app.extensions.get(TOKEN_STORE), clock)
+        limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, storage, clock)
     app.extensions[RATE_LIMITER] = limiter
     init_login_failure_limit(app, settings, limiter.storage if limiter is not None else None)

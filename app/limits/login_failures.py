@@ -44,8 +44,6 @@ import math
 import re
 import secrets
 import threading
-import time
-from collections.abc import Callable
 from typing import NoReturn
 
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
@@ -62,8 +60,9 @@ from app.backends.interface import (
     seconds_until_free,
     windows_of,
 )
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import HS256, Settings
-from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, TOKEN_STORE
+from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, TOKEN_STORE, clock_of
 
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
 KEY_PREFIX = "login_failures/"
@@ -83,15 +82,21 @@ class LoginFailureLimit:
     """The per-username limit of one app: ``attempt`` before a password check, ``succeeded``
     after one that passed."""
 
-    def __init__(self, limits: tuple[RateLimitItem, ...], storage: Counters, secret: bytes) -> None:
+    def __init__(
+        self,
+        limits: tuple[RateLimitItem, ...],
+        storage: Counters,
+        secret: bytes,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.limits = limits
         #: Each limit's amount, window in seconds, and the end of its counters' keys.
         self.windows = windows_of(limits)
         self.storage = storage
         self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
         self._device_key = hmac.new(secret, b"login device cookies", hashlib.sha256).digest()
-        #: The time source of the retry delay after a failure; tests may replace it.
-        self.clock: Callable[[], float] = time.monotonic
+        #: The app's clock: its monotonic time spaces the tries of a failed storage.
+        self.clock = clock
         self._refusing_until = 0.0
         self._reported_at = -math.inf
         self._unreported = 0
@@ -105,7 +110,7 @@ class LoginFailureLimit:
         count the check instead of the username's. Raise BackendUnavailable when
         the counters do not answer (refuse the login).
         """
-        if self._refusing_until and self.clock() < self._refusing_until:
+        if self._refusing_until and self.clock.monotonic() < self._refusing_until:
             self._failed(None)
         keys = self.keys(username) if device is None else self.device_keys(device)
         try:
@@ -163,7 +168,7 @@ class LoginFailureLimit:
 
     def _failed(self, error: BackendUnavailable | None) -> NoReturn:
         """Refuse for a second without trying again, log at most once a minute, and raise."""
-        now = self.clock()
+        now = self.clock.monotonic()
         with self._lock:
             if error is not None:
                 self._refusing_until = now + RETRY_AFTER_FAILURE
@@ -210,9 +215,11 @@ def init_login_failure_limit(app: Flask, settings: Settings, storage: Counters |
     """
     limit = None
     if settings.users_file is not None and settings.login_failure_limit:
+        clock = clock_of(app)
         limit = LoginFailureLimit(
             settings.login_failure_limit,
-            storage or open_storage(settings, app.extensions.get(TOKEN_STORE)),
+            storage or open_storage(settings, app.extensions.get(TOKEN_STORE), clock),
             counters_secret(settings, app.extensions[KEY_RING]),
+            clock,
         )
     app.extensions[LOGIN_FAILURE_LIMIT] = limit

@@ -17,6 +17,7 @@ from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
+    get_clock,
     get_key_ring,
     get_login_failure_limit,
     get_rate_limiter,
@@ -269,4 +270,6 @@ def _access_token(username: str) -> str:
     """Return an access token for ``username`` with the role the settings give it."""
     settings = current_settings()
     role = role_for(username, settings.admin_username)
-    return issue_access_token(username, role, get_key_ring(), settings.access_token_lifetime)
+    return issue_access_token(
+        username, role, get_key_ring(), settings.access_token_lifetime, clock=get_clock()
+    )

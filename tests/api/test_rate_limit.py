@@ -19,6 +19,7 @@ from app.backends.interface import SQLITE_FILE_NAME
 from app.config.parsers import ConfigError
 from app.config.settings import DEFAULT_RATE_LIMIT_AUTH, Settings
 from tests.api.test_openapi import assert_documented, document_of
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh
 from tests.helpers.tokens import login
 from tests.helpers.tools import ROOT
@@ -279,13 +280,12 @@ def test_rate_limit_off_never_refuses_and_keeps_no_counters(make_app, instance_p
 
 
 def test_a_window_frees_when_it_ends(make_app):
-    client = make_app(RATE_LIMIT_AUTH="2 per second").test_client()
+    clock = ManualClock(time.time())
+    client = make_app(RATE_LIMIT_AUTH="2 per second", clock=clock).test_client()
     storage = client.application.extensions["rate_limiter"].storage
-    if hasattr(storage, "clock"):  # SQLite's windows follow a clock the test sets
-        now = time.time()
-        storage.clock = lambda: now
+    if hasattr(storage, "clock"):  # SQLite's windows follow the app's clock
         assert [log_in(client).status_code for _ in range(3)] == [200, 200, 429]
-        now += 1  # the window has ended
+        clock.advance(1)  # the window has ended
         assert log_in(client).status_code == 200
         return
     # Redis keeps its own time: wait for it

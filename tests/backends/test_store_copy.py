@@ -5,7 +5,6 @@ an empty store, never onto the store itself, and the count is of what was writte
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.transfer import CopyRefusedError, copy_tokens
+from tests.helpers.clock import ManualClock
 from tests.helpers.stores import SERVER_MARKS
 
 #: Each backend read from and written to (SQLite into Redis is read and written the same way).
@@ -77,11 +77,14 @@ def empty(backend: str, url: str) -> None:
 @store_pairs(PAIRS)
 def test_every_token_moves_and_behaves_as_before(source_backend, target_backend, request, tmp_path):
     policy = RefreshTokenPolicy(lifetime=3600, reuse_grace=10)
-    source = open_store(url_of(source_backend, request, tmp_path), timeout=5, policy=policy)
-    target = open_store(url_of(target_backend, request, tmp_path), timeout=5, policy=policy)
-    now = float(int(time.time()))
-    for store in (source, target):
-        store.clock = lambda: now
+    clock = ManualClock()  # the two stores' hosts agree on the time
+    now = clock()
+    source = open_store(
+        url_of(source_backend, request, tmp_path), timeout=5, policy=policy, clock=clock
+    )
+    target = open_store(
+        url_of(target_backend, request, tmp_path), timeout=5, policy=policy, clock=clock
+    )
     plain = {f"user{n}": new_refresh_token() for n in range(3)}
     for username, token in plain.items():
         source.issue(token, username)
@@ -90,9 +93,9 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
     source.rotate(first, second, "alice")
     source.rotate(second, third, "alice")  # a family: two retired, one live
     expired = new_refresh_token()
-    source.clock = lambda: now - 3600
+    clock.advance(-3600)
     source.issue(expired, "bob")  # issued an hour ago: expired now
-    source.clock = lambda: now
+    clock.advance(3600)
     source.deny(token_digest("cookie token"), now + 60)
 
     copied = copy_tokens(source, target)
@@ -114,7 +117,7 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
     assert target.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
     assert target.owner_of(fourth) is None
     # and expires when it did
-    target.clock = lambda: now + 3600
+    clock.advance(3600)
     assert target.owner_of(plain["user0"]) is None
     source.close()
     target.close()

@@ -36,6 +36,7 @@ from app.backends.interface import (
 from app.backends.postgres.client import POSTGRES_FAILURES, shared_pool
 from app.backends.postgres.process import Connection
 from app.backends.postgres.schema import store_schema
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: Connections each worker process keeps, and at most opens, by default.
 DEFAULT_POOL_MIN = 1
@@ -89,8 +90,9 @@ class PostgresTokenStore(RefreshTokenStore):
         policy: RefreshTokenPolicy | None = None,
         durability: str = "normal",
         pool_size: tuple[int, int] = (DEFAULT_POOL_MIN, DEFAULT_POOL_MAX),
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock)
         self.url = url
         self.timeout = timeout
         self.relaxed = durability == "relaxed"

@@ -61,6 +61,7 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.redis.client import REDIS_FAILURES, ProcessClient, failure_message, read_lua
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
@@ -134,8 +135,9 @@ class RedisTokenStore(RefreshTokenStore):
         timeout: float,
         connect_timeout: float | None = None,
         policy: RefreshTokenPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock)
         self.url = url
         self.timeout = timeout
         self.connect_timeout = timeout if connect_timeout is None else connect_timeout

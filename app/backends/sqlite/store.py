@@ -23,6 +23,7 @@ from app.backends.interface import (
 )
 from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
 from app.backends.sqlite.tables import create_schema, forget_live, purge, transaction
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 
 class SQLiteTokenStore(RefreshTokenStore):
@@ -53,8 +54,9 @@ class SQLiteTokenStore(RefreshTokenStore):
         timeout: float,
         policy: RefreshTokenPolicy | None = None,
         durability: str = "normal",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock)
         self.path = path
         self.timeout = timeout
         self.strict = durability == "strict"
