@@ -22,7 +22,6 @@ import os
 import secrets
 import tempfile
 import threading
-import unicodedata
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,7 @@ from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 from app.config.clock import SYSTEM_CLOCK, Clock
-from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
+from app.config.usernames import username_problem
 
 if TYPE_CHECKING:
     pass
@@ -50,16 +49,6 @@ logger = logging.getLogger(__name__)
 
 class UsersFileError(ValueError):
     """The user directory's file cannot be used; the message starts with its path."""
-
-
-def username_problem(name: str) -> str | None:
-    """Return why ``name`` cannot be a user of the directory, or None if it can."""
-    if not 1 <= len(name) <= MAX_USERNAME_LENGTH:
-        return f"a username is 1 to {MAX_USERNAME_LENGTH} characters"
-    if any(unicodedata.category(char) == "Cs" for char in name):
-        return "a username has no lone surrogates"
-    problem = token_username_problem(name)  # a name no login could ever use
-    return None if problem is None else f"a username {problem}"
 
 
 def parse_users(text: str, where: str) -> dict[str, str]:

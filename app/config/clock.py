@@ -16,13 +16,10 @@ import time
 class Clock:
     """The host's clocks: ``clock()`` is the wall time, ``clock.monotonic()`` an interval's."""
 
-    def __call__(self) -> float:
-        """Return the wall time, in seconds since the epoch."""
-        return time.time()
-
-    def monotonic(self) -> float:
-        """Return a time that only moves forward, in seconds, for intervals alone."""
-        return time.monotonic()
+    #: The wall time, in seconds since the epoch.
+    __call__ = staticmethod(time.time)
+    #: A time that only moves forward, in seconds, for intervals alone.
+    monotonic = staticmethod(time.monotonic)
 
 
 #: The clock of everything built without one: the host's.

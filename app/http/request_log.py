@@ -27,7 +27,7 @@ from flask import request
 
 from app.events import Event
 from app.observability.logging_config import REQUEST_ID_KEY, quoted, timestamp, word
-from app.observability.redaction import redact, redacted_path
+from app.observability.redaction import REDACTED, redact
 
 #: Key under which a request's notes (user, reason...) wait in the WSGI environ.
 NOTES_KEY = "token_service.log_notes"
@@ -208,3 +208,17 @@ class RequestLog:
             if name in notes:
                 line += f" {name}={word(notes[name])}"
         return (line + "\n").encode("utf-8", "backslashreplace")
+
+
+def redacted_path(path: str) -> str:
+    """Return a decoded request path fit for a log line.
+
+    The path is what the app routes (percent-escapes already decoded once), so
+    ``/%74oken/x`` and ``/token%2Fx`` both arrive as ``/token/x``; a path spelled
+    with escapes left over (double-encoded) is still caught by ``redact``.
+    """
+    if path.startswith("/token/"):
+        return "/token/" + REDACTED
+    if len(path) < 42 and "%" not in path and "eyJ" not in path and "oken/" not in path.lower():
+        return path  # none of the patterns can match: skip the four regular expressions
+    return redact(path)

@@ -11,9 +11,8 @@ from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests,
 from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
-from app.auth.users import username_problem
 from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
-from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
+from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem, username_problem
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
