@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
-from jwt.algorithms import Algorithm, HMACAlgorithm, get_default_algorithms
-from jwt.utils import base64url_decode, base64url_encode
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+from jwt.algorithms import Algorithm, ECAlgorithm, get_default_algorithms
+from jwt.utils import base64url_decode
 
 from app.auth.json_text import unique_keys
 from app.auth.key_files import (
@@ -36,6 +37,7 @@ from app.auth.key_files import (
     secret_kid,
     thumbprint,
 )
+from app.compat.pyjwt import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 from app.config.parsers import ConfigError
 from app.config.settings import ES256, HS256, KEY_FILE_NAMES, Settings
 
@@ -50,7 +52,9 @@ class SigningKey:
     source: str
     #: What ``jwt.decode`` is given: the public half or the secret, bound to the algorithm.
     verifier: jwt.PyJWK = field(repr=False)
-    #: What ``jwt.encode`` signs with; None for a key that only verifies (a public key file).
+    #: PyJWT's algorithm, which signs with ``signing_key``; None for a key that only verifies
+    #: (a public key file).
+    signer: Algorithm | None = field(default=None, repr=False)
     signing_key: Any = field(default=None, repr=False)
     #: The key's entry in the JWKS; None for a secret, which is never published.
     public_jwk: dict[str, str] | None = None
@@ -65,18 +69,15 @@ class SigningKey:
         return jws_header_segment(self.algorithm, self.kid)
 
     def sign(self, claims: dict[str, Any]) -> str:
-        """Return a JWT of ``claims`` signed with this key, its kid in the header."""
-        if self.signing_key is None:
+        """Return a JWT of ``claims`` signed with this key, its kid in the header.
+
+        The token is what ``jwt.encode(claims, key, algorithm, {"kid": kid})`` writes
+        (PyJWS's header: sorted keys, compact JSON), signed by PyJWT's own algorithm;
+        only the header, the same for every token, is made once instead of each time.
+        """
+        if self.signer is None:
             raise RuntimeError(f"the key {self.kid} is a public key: it cannot sign")
-        token = jwt.encode(claims, self.signing_key, self.algorithm, {"kid": self.kid})
-        if self.algorithm != ES256:
-            return token
-        # An ECDSA signature (r, s) and its twin (r, n - s) both verify, as the random nonce
-        # falls; verification accepts only the low-S one (one token, one text), so every
-        # token this service signs is written in that form.
-        signing_input, _, signature = token.rpartition(".")
-        written = low_s(base64url_decode(signature))
-        return f"{signing_input}.{base64url_encode(written).decode()}"
+        return compact_jws(self.header, claims, self.signer, self.signing_key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,6 +140,21 @@ class KeyRing:
         return self.by_kid.get(kid) if isinstance(kid, str) else None
 
 
+class LowSES256(ECAlgorithm):
+    """PyJWT's ES256, each signature written in its low-S form, the one form verified here.
+
+    ``cryptography`` returns an ECDSA signature (r, s) or its twin (r, n - s), as the
+    random nonce falls; both verify, so verification accepts only the low-S one (one
+    token, one text), and every token this service signs must be in that form.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(ECAlgorithm.SHA256)
+
+    def sign(self, msg: bytes, key: EllipticCurvePrivateKey) -> bytes:
+        return low_s(super().sign(msg, key))
+
+
 def load_key_ring(
     secret: str,
     algorithm: str = HS256,
@@ -190,19 +206,19 @@ def settings_key_ring(settings: Settings) -> KeyRing:
 
 def secret_key(secret: str, source: str) -> SigningKey:
     """Return the HS256 key of ``secret``; its kid is derived so that it reveals nothing."""
-    key = secret.encode()
     try:
-        HMACAlgorithm(HMACAlgorithm.SHA256).prepare_key(key)  # what jwt.encode checks
+        algorithm = CheckedSecret(secret.encode())
     except jwt.InvalidKeyError:
         raise KeyFileError(
             f"{source} looks like a PEM, DER or JSON key; an HS256 secret is random text"
         ) from None
     return SigningKey(
-        kid=secret_kid(key),
+        kid=secret_kid(algorithm.secret),
         algorithm=HS256,
         source=source,
-        verifier=jwt.PyJWK({"kty": "oct", "k": base64url_encode(key).decode()}, HS256),
-        signing_key=key,
+        verifier=hs256_verifier(algorithm),
+        signer=algorithm,
+        signing_key=algorithm.secret,
     )
 
 
@@ -217,17 +233,8 @@ def verifying_key_file(path: str, name: str = "SIGNING_KEY_FILE_PREVIOUS") -> Si
     return _asymmetric_key(public, algorithm, f"{name} {path}")
 
 
-def jws_header_segment(algorithm: str, kid: str | None = None) -> str:
-    """Return a token's header segment as ``jwt.encode`` writes it: sorted compact JSON."""
-    header = {"alg": algorithm, "kid": kid, "typ": "JWT"}
-    if kid is None:
-        del header["kid"]
-    text = json.dumps(header, separators=(",", ":"), sort_keys=True)
-    return base64url_encode(text.encode()).decode()
-
-
 def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
-    jwa: Algorithm = get_default_algorithms()[algorithm]
+    jwa: Algorithm = LowSES256() if algorithm == ES256 else get_default_algorithms()[algorithm]
     is_private = isinstance(key, PRIVATE_KEY_TYPES)
     members: dict[str, str] = jwa.to_jwk(key.public_key() if is_private else key, as_dict=True)
     kid = thumbprint(members)
@@ -240,6 +247,7 @@ def _asymmetric_key(key: Any, algorithm: str, source: str) -> SigningKey:
         algorithm=algorithm,
         source=source,
         verifier=jwt.PyJWK(public_jwk, algorithm),
+        signer=jwa if is_private else None,
         signing_key=key if is_private else None,
         public_jwk=public_jwk,
     )

@@ -8,6 +8,8 @@ One module per library. tests/unit/test_compat.py checks every assumption agains
 installed library, and that its version is the one checked (each module's
 ``CHECKED_VERSION``): an upgrade that breaks one fails there, before it reaches a server.
 
+- PyJWT: an HS256 secret checked once rather than on every signature check; tokens
+  signed without ``jwt.encode``, byte for byte what it writes.
 - Authlib: the session keys under which its Flask client keeps pending logins, read
   to bound the login-state cookie.
 - gunicorn: the gthread worker's accept switch, wrapped so that a stopping worker

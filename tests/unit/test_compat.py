@@ -20,18 +20,19 @@ import pytest
 from authlib.integrations.flask_client import FlaskIntegration
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from gunicorn.workers.gthread import ThreadWorker
+from jwt.algorithms import HMACAlgorithm, get_default_algorithms
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app.auth.keys import jws_header_segment
-from app.compat import authlib, gunicorn, prometheus
+from app.compat import authlib, gunicorn, prometheus, pyjwt
 from app.compat.authlib import forget_old_pending_logins, pending_login_key
+from app.compat.pyjwt import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 from tests.helpers.tokens import valid_claims
 from tests.helpers.tools import ROOT
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
 
 
-@pytest.mark.parametrize("module", [authlib, gunicorn, prometheus], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [authlib, gunicorn, prometheus, pyjwt], ids=lambda m: m.__name__)
 def test_the_installed_version_is_the_one_checked(module):
     installed = ".".join(version(module.DISTRIBUTION).split(".")[:2])
     assert installed == module.CHECKED_VERSION, (
@@ -40,7 +41,52 @@ def test_the_installed_version_is_the_one_checked(module):
     )
 
 
-# --- PyJWT: the header segment the key ring finds its keys by -------------------------
+# --- PyJWT ---------------------------------------------------------------------------
+
+
+def hs256_token(secret: bytes, claims: dict) -> str:
+    return jwt.encode(claims, secret, "HS256")
+
+
+def test_pyjwt_verifies_a_pyjwk_with_its_own_algorithm_object(monkeypatch):
+    """The gain: jwt.decode goes through the PyJWK's Algorithm, which skips the key checks."""
+    secret = secrets.token_bytes(64)
+    algorithm = CheckedSecret(secret)
+    verifier = hs256_verifier(algorithm)
+    claims = valid_claims()
+    token = hs256_token(secret, claims)
+    prepared = []
+
+    def spied(key: bytes) -> bytes:
+        prepared.append(key)
+        return CheckedSecret.prepare_key(algorithm, key)
+
+    monkeypatch.setattr(algorithm, "prepare_key", spied)
+    monkeypatch.setattr(
+        HMACAlgorithm, "prepare_key", lambda *args: pytest.fail("the secret was checked again")
+    )
+    assert jwt.decode(token, verifier, algorithms=["HS256"]) == claims
+    assert prepared  # PyJWT prepared the key through the PyJWK's algorithm
+    assert all(key is algorithm.secret for key in prepared)
+
+
+def test_the_checked_secret_still_checks_every_other_key():
+    algorithm = CheckedSecret(secrets.token_bytes(64))
+    with pytest.raises(jwt.InvalidKeyError):
+        algorithm.prepare_key(
+            b"-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----"
+        )
+    with pytest.raises(jwt.InvalidKeyError):
+        CheckedSecret(b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA")
+
+
+def test_the_verifier_stays_pinned_to_hs256():
+    secret = secrets.token_bytes(64)
+    verifier = hs256_verifier(CheckedSecret(secret))
+    assert verifier.algorithm_name == "HS256"
+    token = jwt.encode(valid_claims(), secret, "HS384")
+    with pytest.raises(jwt.InvalidAlgorithmError):
+        jwt.decode(token, verifier, algorithms=["HS384"])
 
 
 @pytest.mark.parametrize("kid", [None, "a-kid"])
@@ -50,6 +96,15 @@ def test_the_header_segment_is_the_one_jwt_encode_writes(algorithm, kid):
     headers = {"kid": kid} if kid is not None else None
     token = jwt.encode(valid_claims(), key, algorithm, headers)
     assert token.split(".")[0] == jws_header_segment(algorithm, kid)
+
+
+def test_a_compact_jws_is_what_jwt_encode_writes():
+    secret = secrets.token_bytes(64)
+    claims = valid_claims()
+    signed = compact_jws(
+        jws_header_segment("HS256", "k"), claims, get_default_algorithms()["HS256"], secret
+    )
+    assert signed == jwt.encode(claims, secret, "HS256", {"kid": "k"})
 
 
 def new_private_key(algorithm: str) -> ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey:
