@@ -21,6 +21,8 @@ from app.auth.json_text import DuplicateKeyError, may_repeat_a_key, unique_keys
 from app.config.settings import MAX_BODY_BYTES
 
 FORM = "application/x-www-form-urlencoded"
+#: Content-Types that are exactly their mimetype, as clients mostly send them.
+PLAIN_TYPES = frozenset({FORM, "application/json"})
 #: More fields than any endpoint has, by far; a form with more is refused.
 MAX_FORM_FIELDS = 32
 #: Integers that a JavaScript client reads back exactly.
@@ -44,7 +46,9 @@ def read_fields() -> dict[str, Any]:
     if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() != "identity":
         raise UnsupportedMediaType("request body must not be compressed")
     data = _body(environ)
-    mimetype = request.mimetype
+    content_type = environ.get("CONTENT_TYPE")
+    # the two usual types, exactly as sent, are their own mimetype: no parsing
+    mimetype = content_type if content_type in PLAIN_TYPES else request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json"):
         return _json_object(data)
     if mimetype == FORM:
@@ -112,9 +116,17 @@ def _looks_like_json(fields: dict[str, Any]) -> bool:
     return any(name.lstrip().startswith(("{", "[")) for name in fields)
 
 
+def _content_length(environ: dict[str, Any]) -> int | None:
+    """Return ``request.content_length``: the plain case read directly, werkzeug's otherwise."""
+    given = environ.get("CONTENT_LENGTH")
+    if given and given.isdigit() and given.isascii() and "HTTP_TRANSFER_ENCODING" not in environ:
+        return int(given)  # what werkzeug makes of digits alone, without its calls
+    return request.content_length
+
+
 def _body(environ: dict[str, Any]) -> bytes:
     """Return the raw body: at most MAX_BODY_BYTES (else 413), well framed (else 400)."""
-    length = request.content_length
+    length = _content_length(environ)
     if length is not None and length > MAX_BODY_BYTES:
         raise RequestEntityTooLarge()
     try:
@@ -226,12 +238,13 @@ def _refuse_constant(name: str) -> Any:
 def _form_fields(data: bytes) -> dict[str, Any]:
     try:
         # strict UTF-8, raw and percent-decoded alike: no silent replacement characters
-        pairs = parse_qsl(
-            data.decode("utf-8"),
-            keep_blank_values=True,
-            errors="strict",
-            max_num_fields=MAX_FORM_FIELDS,
-        )
+        text = data.decode("utf-8")
+        if "%" in text or "+" in text or text.count("&") >= MAX_FORM_FIELDS:
+            pairs = parse_qsl(
+                text, keep_blank_values=True, errors="strict", max_num_fields=MAX_FORM_FIELDS
+            )
+        else:  # nothing to decode: parse_qsl's pairs, split here in a third of its time
+            pairs = [_plain_pair(part) for part in text.split("&") if part]
     except UnicodeDecodeError:
         raise BadRequest("form body is not valid UTF-8") from None
     except ValueError:
@@ -242,6 +255,12 @@ def _form_fields(data: bytes) -> dict[str, Any]:
             raise BadRequest(f"{name} must be given once")
         fields[name] = value
     return fields
+
+
+def _plain_pair(part: str) -> tuple[str, str]:
+    """Return a form field without escapes as parse_qsl does: a name alone has ""."""
+    name, _, value = part.partition("=")
+    return name, value
 
 
 def _decimal(text: str) -> int | float | str:
