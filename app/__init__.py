@@ -24,7 +24,6 @@ from app.extensions import CLOCK, KEY_RING, USER_DIRECTORY, clock_of, metrics_of
 from app.http.errors import register_error_handlers
 from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
-from app.http.security_headers import init_security_headers
 from app.instance import prepare_instance
 from app.limits.address import init_rate_limit
 from app.observability.metrics import init_metrics
@@ -45,7 +44,6 @@ def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None =
     init_rate_limit(app, settings)
     init_user_directory(app, settings)
     init_metrics(app, settings)
-    init_security_headers(app)
     init_request_log(app, settings)
     init_proxy_headers(app, settings)
     init_third_party_login(app, settings)
@@ -83,7 +81,8 @@ def init_user_directory(app: Flask, settings: Settings) -> None:
 
 
 def init_request_log(app: Flask, settings: Settings) -> None:
-    """Wrap the app in the request log, which feeds the metrics."""
+    """Wrap the app in the request log, which feeds the metrics and adds the security
+    headers to every answer."""
     metrics = metrics_of(app)
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]

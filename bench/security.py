@@ -42,7 +42,7 @@ from werkzeug.test import EnvironBuilder
 from app import create_app
 from app.auth.users import HASHER
 from app.backends.counters_storage import open_storage
-from app.http.security_headers import SECURITY_HEADERS, SecurityHeaders
+from app.http.request_log import SECURITY_HEADERS, RequestLog
 from app.limits.address import RateLimiter
 
 CALLS = 2000
@@ -155,10 +155,10 @@ def measure_nosniff(rounds: int) -> list[tuple[str, float]]:
 
     with tempfile.TemporaryDirectory() as folder:
         apps = {name: app_with(folder, None) for name in ("none", "middleware", "after_request")}
-        middleware(apps["none"], SecurityHeaders).headers = ()
-        middleware(apps["after_request"], SecurityHeaders).headers = ()
+        middleware(apps["none"], RequestLog).headers = ()
+        middleware(apps["after_request"], RequestLog).headers = ()
         apps["after_request"].after_request(nosniff)
-        assert middleware(apps["middleware"], SecurityHeaders).headers == SECURITY_HEADERS
+        assert middleware(apps["middleware"], RequestLog).headers == SECURITY_HEADERS
         return interleaved(
             {
                 "GET /healthz, no nosniff header": wsgi_call(
