@@ -18,12 +18,12 @@ from app.auth.keys import settings_key_ring
 from app.auth.users import UserDirectory
 from app.backends import init_store
 from app.cli import register_commands
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import MAX_BODY_BYTES, Settings
-from app.extensions import KEY_RING, USER_DIRECTORY, metrics_of
+from app.extensions import CLOCK, KEY_RING, USER_DIRECTORY, clock_of, metrics_of
 from app.http.errors import register_error_handlers
 from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
-from app.http.security_headers import init_security_headers
 from app.instance import prepare_instance
 from app.limits.address import init_rate_limit
 from app.observability.metrics import init_metrics
@@ -31,18 +31,19 @@ from app.oidc import init_third_party_login
 from app.views import register_blueprints
 
 
-def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
-    """Build the service from the environment, with optional overrides for tests."""
+def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None = None) -> Flask:
+    """Build the service from the environment, with optional overrides for tests, on the
+    host's clock or on ``clock`` (a test's, which moves time for every feature at once)."""
     settings = Settings.load(overrides)  # raises ConfigError on a bad value
     settings = prepare_instance(settings)  # the instance folder, the generated secret or key
     app = Flask(__name__, instance_path=settings.instance_path)
+    app.extensions[CLOCK] = SYSTEM_CLOCK if clock is None else clock
     configure(app, settings)
     init_keys(app, settings)
     init_store(app, settings)
     init_rate_limit(app, settings)
     init_user_directory(app, settings)
     init_metrics(app, settings)
-    init_security_headers(app)
     init_request_log(app, settings)
     init_proxy_headers(app, settings)
     init_third_party_login(app, settings)
@@ -75,12 +76,13 @@ def init_user_directory(app: Flask, settings: Settings) -> None:
     """Attach the user directory of USERS_FILE to ``app``, or None when it is unset."""
     directory = None
     if settings.users_file is not None:
-        directory = UserDirectory(settings.users_file)
+        directory = UserDirectory(settings.users_file, clock=clock_of(app))
     app.extensions[USER_DIRECTORY] = directory
 
 
 def init_request_log(app: Flask, settings: Settings) -> None:
-    """Wrap the app in the request log, which feeds the metrics."""
+    """Wrap the app in the request log, which feeds the metrics and adds the security
+    headers to every answer."""
     metrics = metrics_of(app)
     # wrapping wsgi_app is Flask's documented way to add middleware; mypy sees a method
     app.wsgi_app = RequestLog(  # type: ignore[method-assign]

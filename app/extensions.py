@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from flask import Flask, current_app
 
+from app.config.clock import Clock
+
 if TYPE_CHECKING:
     from app.auth.keys import KeyRing
     from app.auth.users import UserDirectory
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from app.observability.metrics import Metrics
     from app.oidc.flow import LoginFlow
 
+#: The one clock of tokens, stores and limits (app/config/clock.py).
+CLOCK = "clock"
 KEY_RING = "key_ring"
 #: The backend: the token store and the rate limits' counters (``app.backends.open_backend``).
 BACKEND = "backend"
@@ -41,6 +45,17 @@ def current_settings() -> Settings:
     """Return the settings of the app handling the current request or command."""
     settings: Settings = current_app.config["SETTINGS"]  # put there by create_app
     return settings
+
+
+def get_clock() -> Clock:
+    """Return the current app's clock."""
+    return clock_of(current_app)
+
+
+def clock_of(app: Flask) -> Clock:
+    """Return the clock of ``app``, which every feature of it reads."""
+    clock: Clock = app.extensions[CLOCK]
+    return clock
 
 
 def get_key_ring() -> KeyRing:

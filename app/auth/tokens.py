@@ -9,14 +9,13 @@ import math
 import secrets
 import string
 import threading
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jwt
 
 from app.auth.json_text import may_repeat_a_key, repeats_a_key
 from app.auth.key_files import is_low_s, twin_signature
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import DEFAULT_CLOCK_SKEW, ES256
 from app.config.usernames import (
     MAX_USERNAME_LENGTH,
@@ -44,8 +43,6 @@ MAX_TOKEN_LENGTH = 8192
 
 #: Verified access tokens remembered per process (at most 8 KiB each, so at most 8 MiB).
 VERIFIED_TOKEN_CACHE_SIZE = 1024
-#: The wall clock every issue and check reads, in seconds; tests set it to move time.
-clock: Callable[[], float] = time.time
 #: Tokens refused for their signature or form, remembered per process (8 MiB at most).
 REFUSED_TOKEN_CACHE_SIZE = 1024
 
@@ -106,24 +103,32 @@ def role_for(username: str, admin_username: str) -> str:
 
 
 def issue_access_token(
-    username: str, role: str, keys: KeyRing, lifetime: int, now: int | None = None
+    username: str,
+    role: str,
+    keys: KeyRing,
+    lifetime: int,
+    now: int | None = None,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> str:
     """Return an access token for ``username``, signed with the current key, that expires
-    ``lifetime`` seconds from now."""
+    ``lifetime`` seconds from ``now`` (by default, the ``clock``'s)."""
     issued_at = int(clock()) if now is None else now
     claims = {"username": username, "role": role, "iat": issued_at, "exp": issued_at + lifetime}
     return keys.current.sign(claims)
 
 
 def verify_access_token(
-    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW
+    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW, clock: Clock = SYSTEM_CLOCK
 ) -> dict[str, Any]:
     """Return the claims of a valid access token, or raise InvalidTokenError."""
     refused = _REFUSED.reason(token, keys)
     if refused is not None:
         raise InvalidTokenError("token was refused before", refused, permanent=True)
     try:
-        username, role, issued_at, expires_at = _verified_access_claims(token, keys, clock_skew)
+        username, role, issued_at, expires_at = _verified_access_claims(
+            token, keys, clock_skew, clock
+        )
     except InvalidTokenError as error:
         if error.permanent:
             _REFUSED.add(token, keys, error.reason)
@@ -139,15 +144,15 @@ def verify_access_token(
 # apps or go stale, and it takes PyJWT's verification off most requests.
 @functools.lru_cache(maxsize=VERIFIED_TOKEN_CACHE_SIZE)
 def _verified_access_claims(
-    token: str, keys: KeyRing, clock_skew: int
+    token: str, keys: KeyRing, clock_skew: int, clock: Clock
 ) -> tuple[str, str, int, int]:
     # Clients send the same token for its whole lifetime, and PyJWT spends most of a
     # request's CPU on it; only tokens that verified are cached (a raise is not), keyed
     # by the exact token text, so a forged or altered token never hits the cache, and
     # by the key ring (compared by identity), so a token is only ever taken as verified
-    # by the keys it was verified with. A cached iat stays acceptable: it only moves
-    # further into the past.
-    claims = _decode(token, keys, clock_skew, required=ACCESS_TOKEN_CLAIMS)
+    # by the keys it was verified with, and by the clock it was checked against. A cached
+    # iat stays acceptable: it only moves further into the past.
+    claims = _decode(token, keys, clock_skew, clock, required=ACCESS_TOKEN_CLAIMS)
     username, role = claims["username"], claims["role"]
     if not isinstance(username, str) or not 0 < len(username) <= MAX_USERNAME_LENGTH:
         raise InvalidTokenError("username claim must be a non-empty string")
@@ -158,7 +163,9 @@ def _verified_access_claims(
     return username, role, claims["iat"], claims["exp"]
 
 
-def issue_cookie_token(user: dict[str, str], keys: KeyRing, lifetime: int) -> str:
+def issue_cookie_token(
+    user: dict[str, str], keys: KeyRing, lifetime: int, clock: Clock = SYSTEM_CLOCK
+) -> str:
     """Return a cookie token, signed with the current key, naming the third-party ``user``
     as its ``sub`` object."""
     # jti: a logout denies its token's signing input, and two logins of one user in the
@@ -168,13 +175,13 @@ def issue_cookie_token(user: dict[str, str], keys: KeyRing, lifetime: int) -> st
 
 
 def verify_cookie_token(
-    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW
+    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW, clock: Clock = SYSTEM_CLOCK
 ) -> dict[str, Any]:
     """Return the user ``{source, id, shownName}`` of a valid cookie token, or raise."""
     # PyJWT 2.10 started to insist that ``sub`` is a string (RFC 7519); this token's
     # ``sub`` is an object by contract, so that one check is off here and nowhere else.
     # Signature, algorithm and expiry are still verified, and the type is checked below.
-    claims = _decode(token, keys, clock_skew, required=("sub", "exp"), verify_sub=False)
+    claims = _decode(token, keys, clock_skew, clock, required=("sub", "exp"), verify_sub=False)
     user = claims["sub"]
     if not isinstance(user, dict):
         raise InvalidTokenError("sub claim must be an object")
@@ -219,6 +226,7 @@ def _decode(
     token: str,
     keys: KeyRing,
     clock_skew: int,
+    clock: Clock,
     *,
     required: tuple[str, ...],
     verify_sub: bool = True,
@@ -246,7 +254,7 @@ def _decode(
             options={
                 "require": list(required),
                 "verify_sub": verify_sub,
-                "verify_exp": False,  # checked below, by this module's clock
+                "verify_exp": False,  # checked below, by the app's clock
                 "verify_iat": False,
                 "verify_nbf": False,
             },
@@ -258,9 +266,9 @@ def _decode(
         raise InvalidTokenError(str(error), permanent=True) from None
     except jwt.InvalidTokenError as error:
         raise InvalidTokenError(str(error)) from None
-    _check_not_expired(claims)
+    _check_not_expired(claims, clock)
     _check_unique_claims(token, claims)
-    _check_not_in_future(claims, clock_skew)
+    _check_not_in_future(claims, clock_skew, clock)
     return claims
 
 
@@ -281,7 +289,7 @@ def _check_low_s(token: str) -> None:
         )
 
 
-def _check_not_expired(claims: dict[str, Any]) -> None:
+def _check_not_expired(claims: dict[str, Any], clock: Clock) -> None:
     """Refuse a token from the second its ``exp`` names, by ``clock`` (PyJWT's own check
     reads the system clock, which a test cannot set, and lets no number through cleanly)."""
     expires_at = claims["exp"]
@@ -305,7 +313,7 @@ def _check_unique_claims(token: str, claims: dict[str, Any]) -> None:
         raise InvalidTokenError("token repeats a claim", permanent=True)
 
 
-def _check_not_in_future(claims: dict[str, Any], clock_skew: int) -> None:
+def _check_not_in_future(claims: dict[str, Any], clock_skew: int, clock: Clock) -> None:
     """Refuse an ``iat`` or ``nbf`` more than ``clock_skew`` seconds ahead of this host."""
     latest = clock() + clock_skew
     for name in ("iat", "nbf"):

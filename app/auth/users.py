@@ -22,15 +22,14 @@ import os
 import secrets
 import tempfile
 import threading
-import time
-import unicodedata
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
+from app.config.clock import SYSTEM_CLOCK, Clock
+from app.config.usernames import username_problem
 
 if TYPE_CHECKING:
     pass
@@ -50,16 +49,6 @@ logger = logging.getLogger(__name__)
 
 class UsersFileError(ValueError):
     """The user directory's file cannot be used; the message starts with its path."""
-
-
-def username_problem(name: str) -> str | None:
-    """Return why ``name`` cannot be a user of the directory, or None if it can."""
-    if not 1 <= len(name) <= MAX_USERNAME_LENGTH:
-        return f"a username is 1 to {MAX_USERNAME_LENGTH} characters"
-    if any(unicodedata.category(char) == "Cs" for char in name):
-        return "a username has no lone surrogates"
-    problem = token_username_problem(name)  # a name no login could ever use
-    return None if problem is None else f"a username {problem}"
 
 
 def parse_users(text: str, where: str) -> dict[str, str]:
@@ -173,11 +162,13 @@ class UserDirectory:
     answers cannot tell whether a username exists.
     """
 
-    def __init__(self, path: str, hasher: PasswordHasher = HASHER) -> None:
+    def __init__(
+        self, path: str, hasher: PasswordHasher = HASHER, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.path = path
         self.hasher = hasher
-        #: The time source for the reload interval; tests may replace it.
-        self.clock: Callable[[], float] = time.monotonic
+        #: The app's clock: its monotonic time spaces the looks at the file.
+        self.clock = clock
         self._users: dict[str, str] = {}
         self._signature: tuple[int, int, int] | None = None
         self._next_look = 0.0
@@ -193,7 +184,7 @@ class UserDirectory:
         apart, so neither can anything they show (answers, log lines, metrics). The hash
         returned is what ``still_holds`` compares the file with after the login.
         """
-        if self.clock() >= self._next_look:
+        if self.clock.monotonic() >= self._next_look:
             self._reload_if_changed()
         hashed = self._users.get(username)
         try:
@@ -226,15 +217,15 @@ class UserDirectory:
 
     def has(self, username: str) -> bool:
         """Return whether ``username`` is a user, as the file was at the last look."""
-        if self.clock() >= self._next_look:
+        if self.clock.monotonic() >= self._next_look:
             self._reload_if_changed()
         return username in self._users
 
     def _reload_if_changed(self) -> None:
         with self._lock:
-            if self.clock() < self._next_look:
+            if self.clock.monotonic() < self._next_look:
                 return  # another thread looked meanwhile
-            self._next_look = self.clock() + RELOAD_INTERVAL
+            self._next_look = self.clock.monotonic() + RELOAD_INTERVAL
             self._reload()
 
     def _reload(self) -> None:

@@ -19,9 +19,10 @@ from app.backends.interface import (
     successor_of,
     token_digest,
 )
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import Settings
 from app.config.store_url import parse_store_url
-from app.extensions import BACKEND, TOKEN_STORE
+from app.extensions import BACKEND, TOKEN_STORE, clock_of
 
 __all__ = [
     "Backend",
@@ -42,8 +43,8 @@ __all__ = [
 ]
 
 
-def open_backend(settings: Settings) -> Backend:
-    """Return the backend TOKEN_STORE_URL names, set up as the settings say."""
+def open_backend(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Backend:
+    """Return the backend TOKEN_STORE_URL names, set up as the settings say, on ``clock``."""
     return backend_at(
         settings.token_store_url,
         settings.store_timeout,
@@ -55,6 +56,7 @@ def open_backend(settings: Settings) -> Backend:
         ),
         settings.store_durability,
         (settings.store_pool_min, settings.store_pool_max),
+        clock,
     )
 
 
@@ -65,6 +67,7 @@ def backend_at(
     policy: RefreshTokenPolicy | None = None,
     durability: str = "normal",
     pool_size: tuple[int, int] = (1, 4),
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Backend:
     """Return the backend that ``url`` names (validated by Settings): the one place a URL
     picks a backend.
@@ -74,21 +77,21 @@ def backend_at(
     ``timeout``. ``policy`` (default: SPEC.md's) sets the tokens' lifetime and per-user
     limit. ``durability`` is ``normal`` or ``strict`` (SQLite), or ``relaxed``
     (PostgreSQL); Redis's is its own ``appendfsync``. ``pool_size`` (PostgreSQL) is the
-    connections each process keeps and opens at most.
+    connections each process keeps and opens at most. ``clock``: the app's.
     """
     location = parse_store_url(url)
     connect_timeout = timeout if connect_timeout is None else connect_timeout
     if location.backend == "sqlite":
         from app.backends.sqlite import sqlite_backend  # only SQLite hosts load it
 
-        return sqlite_backend(location.path, timeout, policy, durability)
+        return sqlite_backend(location.path, timeout, policy, durability, clock)
     if location.backend == "postgresql":
         from app.backends.postgres import postgres_backend  # only they load psycopg
 
-        return postgres_backend(url, timeout, connect_timeout, policy, durability, pool_size)
+        return postgres_backend(url, timeout, connect_timeout, policy, durability, pool_size, clock)
     from app.backends.redis import redis_backend  # only Redis hosts load redis-py
 
-    return redis_backend(location.url, timeout, connect_timeout, policy)
+    return redis_backend(location.url, timeout, connect_timeout, policy, clock)
 
 
 def init_store(app: Flask, settings: Settings) -> None:
@@ -98,7 +101,7 @@ def init_store(app: Flask, settings: Settings) -> None:
     Connections open on first use: the one the check opens is closed at once, unless
     the store keeps a pool per process (PostgreSQL), which a forked worker never uses.
     """
-    backend = open_backend(settings)
+    backend = open_backend(settings, clock_of(app))
     app.extensions[BACKEND] = backend
     app.extensions[TOKEN_STORE] = backend.store
     if backend.store.remote:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import islice
@@ -21,6 +20,7 @@ from typing import Protocol
 from limits import RateLimitItem
 
 from app.auth.tokens import REFRESH_TOKEN_LENGTH, new_refresh_token
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: How many hex characters of a digest are shown to operators.
 DIGEST_PREFIX_LENGTH = 12
@@ -214,10 +214,12 @@ class RefreshTokenStore(ABC):
     #: Where the store is, for messages and logs: never a password.
     location = ""
 
-    def __init__(self, policy: RefreshTokenPolicy | None = None) -> None:
+    def __init__(
+        self, policy: RefreshTokenPolicy | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.policy = policy or RefreshTokenPolicy()
-        #: The time source, seconds since the epoch; tests may replace it.
-        self.clock: Callable[[], float] = time.time
+        #: The app's clock: ``clock()`` is the time the records carry.
+        self.clock = clock
 
     @abstractmethod
     def issue(self, token: str, username: str) -> None:

@@ -19,10 +19,10 @@ from app.auth.users import (
     UsersFileError,
     change_users,
     read_users_file,
-    username_problem,
 )
 from app.backends.interface import BackendUnavailable
 from app.cli.arguments import read_one_line, valid_username
+from app.config.usernames import username_problem
 from app.events import Event
 from app.extensions import current_settings, get_store
 from app.observability.logging_config import logging_config

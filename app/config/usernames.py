@@ -27,6 +27,20 @@ _UNSAFE_USERNAME_REASONS = (
 )
 
 
+#: A lone surrogate (JSON's \u escapes can spell one), which no UTF-8 file holds.
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def username_problem(name: str) -> str | None:
+    """Return why ``name`` cannot be a user of the directory (USERS_FILE), or None if it can."""
+    if not 1 <= len(name) <= MAX_USERNAME_LENGTH:
+        return f"a username is 1 to {MAX_USERNAME_LENGTH} characters"
+    if SURROGATE.search(name):
+        return "a username has no lone surrogates"
+    problem = token_username_problem(name)  # a name no login could ever use
+    return None if problem is None else f"a username {problem}"
+
+
 def token_username_problem(username: str) -> str | None:
     """Return why ``username`` may not be signed into a token (``must not ...``), or None."""
     unsafe = UNSAFE_USERNAME_CHARACTERS.search(username)

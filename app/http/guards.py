@@ -22,7 +22,7 @@ from app.auth.tokens import (
 )
 from app.backends.interface import token_digest
 from app.events import Event, Reason
-from app.extensions import current_settings, get_key_ring, get_store
+from app.extensions import current_settings, get_clock, get_key_ring, get_store
 from app.http.errors import forbidden_response, unauthenticated_response
 from app.http.request_log import note
 
@@ -62,7 +62,7 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
         return None, Reason.MALFORMED if malformed else Reason.MISSING
     settings = current_settings()
     try:
-        return verify_access_token(token, get_key_ring(), settings.clock_skew), ""
+        return verify_access_token(token, get_key_ring(), settings.clock_skew, get_clock()), ""
     except InvalidTokenError as error:
         return None, error.reason
 
@@ -80,7 +80,7 @@ def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
         return None, 0, Reason.MISSING
     settings = current_settings()
     try:
-        user = verify_cookie_token(token, get_key_ring(), settings.clock_skew)
+        user = verify_cookie_token(token, get_key_ring(), settings.clock_skew, get_clock())
     except InvalidTokenError as error:
         return None, 0, error.reason
     expires_at = _signed_expiry(token)
@@ -115,7 +115,7 @@ def log_out_cookie_token() -> None:
         return
     settings = current_settings()
     try:
-        user = verify_cookie_token(token, get_key_ring(), settings.clock_skew)
+        user = verify_cookie_token(token, get_key_ring(), settings.clock_skew, get_clock())
     except InvalidTokenError:
         return
     # verified just above: its exp is the signed one

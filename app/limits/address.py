@@ -29,16 +29,16 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
-import time
 from collections.abc import Callable
 
 from flask import Flask, has_request_context, request
 from limits import RateLimitItem
 
 from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.parsers import IPNetwork
 from app.config.settings import Settings
-from app.extensions import RATE_LIMITER, backend_of
+from app.extensions import RATE_LIMITER, backend_of, clock_of
 from app.http.proxy import FORWARDED_KEY, parse_address
 from app.http.request_log import note
 from app.limits.failures import CounterFailures
@@ -61,7 +61,11 @@ class RateLimiter:
     """The limits of one app: ``check`` counts a request and says whether it may go on."""
 
     def __init__(
-        self, limits: tuple[RateLimitItem, ...], exempt: tuple[IPNetwork, ...], storage: Counters
+        self,
+        limits: tuple[RateLimitItem, ...],
+        exempt: tuple[IPNetwork, ...],
+        storage: Counters,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.limits = limits
         #: Each limit's amount, window in seconds, and the end of its counters' keys.
@@ -72,7 +76,9 @@ class RateLimiter:
         #: point it at a metrics counter. ``storage_failures`` counts them too.
         self.on_storage_failure: Callable[[], None] = note_failure
         self.storage_failures = 0
-        self.failures = CounterFailures(time.monotonic)
+        #: The app's clock: its monotonic time spaces the tries of a failed storage.
+        self.clock = clock
+        self.failures = CounterFailures(clock.monotonic)
         self.client_key = functools.lru_cache(maxsize=KEYS_CACHED)(self._client_key)
 
     def check(
@@ -142,6 +148,8 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
     limiter = None
     if settings.rate_limit_auth:
         counters = backend_of(app).counters  # the store's backend, on its connections
-        limiter = RateLimiter(settings.rate_limit_auth, settings.rate_limit_exempt, counters)
+        limiter = RateLimiter(
+            settings.rate_limit_auth, settings.rate_limit_exempt, counters, clock_of(app)
+        )
     app.extensions[RATE_LIMITER] = limiter
     init_login_failure_limit(app, settings)

@@ -20,7 +20,7 @@ class CounterFailures:
     """The failures of one limit's counters, in one process."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
-        #: The time source (monotonic seconds); tests may replace it.
+        #: Monotonic seconds: the app's clock's ``monotonic``.
         self.clock = clock
         self._retry_at = 0.0  # 0: not failing
         self._reported_at = -math.inf

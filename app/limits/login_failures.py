@@ -43,8 +43,6 @@ import hmac
 import logging
 import re
 import secrets
-import time
-from collections.abc import Callable
 from typing import NoReturn
 
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
@@ -53,8 +51,9 @@ from limits import RateLimitItem
 
 from app.auth.keys import KeyRing
 from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import HS256, Settings
-from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, backend_of
+from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, backend_of, clock_of
 from app.limits.failures import CounterFailures
 
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
@@ -75,16 +74,22 @@ class LoginFailureLimit:
     """The per-username limit of one app: ``attempt`` before a password check, ``succeeded``
     after one that passed."""
 
-    def __init__(self, limits: tuple[RateLimitItem, ...], storage: Counters, secret: bytes) -> None:
+    def __init__(
+        self,
+        limits: tuple[RateLimitItem, ...],
+        storage: Counters,
+        secret: bytes,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.limits = limits
         #: Each limit's amount, window in seconds, and the end of its counters' keys.
         self.windows = windows_of(limits)
         self.storage = storage
         self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
         self._device_key = hmac.new(secret, b"login device cookies", hashlib.sha256).digest()
-        #: The time source of the retry delay after a failure; tests may replace it.
-        self.clock: Callable[[], float] = time.monotonic
-        self.failures = CounterFailures(lambda: self.clock())
+        #: The app's clock: its monotonic time spaces the tries of a failed storage.
+        self.clock = clock
+        self.failures = CounterFailures(clock.monotonic)
 
     def attempt(self, username: str, device: str | None = None) -> int | None:
         """Count a password check about to be spent on ``username``: None if it may go on,
@@ -192,5 +197,6 @@ def init_login_failure_limit(app: Flask, settings: Settings) -> None:
             settings.login_failure_limit,
             backend_of(app).counters,
             counters_secret(settings, app.extensions[KEY_RING]),
+            clock_of(app),
         )
     app.extensions[LOGIN_FAILURE_LIMIT] = limit

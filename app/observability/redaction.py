@@ -23,17 +23,3 @@ def redact(text: str) -> str:
     text = OAUTH_PARAMETER.sub(r"\1" + REDACTED, text)
     text = JWT.sub(REDACTED, text)
     return REFRESH_TOKEN.sub(REDACTED, text)
-
-
-def redacted_path(path: str) -> str:
-    """Return a decoded request path fit for a log line.
-
-    The path is what the app routes (percent-escapes already decoded once), so
-    ``/%74oken/x`` and ``/token%2Fx`` both arrive as ``/token/x``; a path spelled
-    with escapes left over (double-encoded) is still caught by ``redact``.
-    """
-    if path.startswith("/token/"):
-        return "/token/" + REDACTED
-    if len(path) < 42 and "%" not in path and "eyJ" not in path and "oken/" not in path.lower():
-        return path  # none of the patterns can match: skip the four regular expressions
-    return redact(path)

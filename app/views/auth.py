@@ -5,18 +5,18 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, jsonify, request
 from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests, Unauthorized
 from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
-from app.auth.users import username_problem
 from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
-from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
+from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem, username_problem
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
+    get_clock,
     get_key_ring,
     get_login_failure_limit,
     get_rate_limiter,
@@ -25,7 +25,7 @@ from app.extensions import (
 )
 from app.http.request_body import missing, optional_string, read_fields, required_string
 from app.http.request_log import note
-from app.http.responses import bodiless, json_response
+from app.http.responses import bodiless
 from app.limits.login_failures import DEVICE_COOKIE, DEVICE_COOKIE_LIFETIME
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
@@ -69,9 +69,7 @@ def login() -> Response:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
-    response = json_response(
-        {"accessToken": _access_token(username), "refreshToken": refresh_token}
-    )
+    response = jsonify(accessToken=_access_token(username), refreshToken=refresh_token)
     failures = get_login_failure_limit()
     if verified is not None and failures is not None:  # this browser's logins count apart
         response.set_cookie(
@@ -112,7 +110,7 @@ def refresh() -> Response:
         raise Unauthorized()
     refuse_unknown_user(username)
     note(user=username, event=Event.REFRESH)
-    return json_response({"accessToken": _access_token(username)})
+    return jsonify(accessToken=_access_token(username))
 
 
 def _rotate(refresh_token: str, username: str) -> Response:
@@ -140,7 +138,7 @@ def _rotate(refresh_token: str, username: str) -> Response:
         raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
-    return json_response({"accessToken": _access_token(username), "refreshToken": successor})
+    return jsonify(accessToken=_access_token(username), refreshToken=successor)
 
 
 def in_directory(username: str) -> bool:
@@ -269,4 +267,6 @@ def _access_token(username: str) -> str:
     """Return an access token for ``username`` with the role the settings give it."""
     settings = current_settings()
     role = role_for(username, settings.admin_username)
-    return issue_access_token(username, role, get_key_ring(), settings.access_token_lifetime)
+    return issue_access_token(
+        username, role, get_key_ring(), settings.access_token_lifetime, clock=get_clock()
+    )

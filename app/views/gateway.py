@@ -18,11 +18,10 @@ from urllib.parse import quote
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import BadRequest
 
-from app.auth import tokens
 from app.auth.tokens import ROLES
 from app.config.settings import Settings
 from app.events import Reason
-from app.extensions import current_settings
+from app.extensions import current_settings, get_clock
 from app.http.errors import forbidden_response, render_http_error, unauthenticated_response
 from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
 from app.http.request_log import note
@@ -98,7 +97,8 @@ def cache_until(expires_at: int, settings: Settings) -> str:
     """Return the X-Accel-Expires of a Bearer token's 200: nginx may keep it up to the
     second before the token's ``exp`` (nginx serves an entry through the second it names),
     and AUTH_CHECK_CACHE_SECONDS at most."""
-    now = int(tokens.clock())
+    clock = get_clock()
+    now = int(clock())
     return f"@{min(expires_at - 1, now + settings.auth_check_cache_seconds)}"
 
 

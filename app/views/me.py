@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from typing import Any
+
+from flask import Blueprint
 
 from app.http.guards import authenticated_cookie_user
-from app.http.responses import json_response
 
 bp = Blueprint("me", __name__, url_prefix="/api/v1")
 
 
 @bp.get("/me")
-def me() -> Response:
+def me() -> dict[str, Any]:
     """Return the logged user ``{source, id, shownName}`` named by the cookie token, or 401."""
-    return json_response(authenticated_cookie_user())
+    return authenticated_cookie_user()

@@ -17,7 +17,7 @@ from werkzeug.exceptions import Forbidden, NotFound
 from app.auth.tokens import issue_cookie_token
 from app.config.settings import Settings
 from app.events import Reason
-from app.extensions import current_settings, get_key_ring, get_login_flow
+from app.extensions import current_settings, get_clock, get_key_ring, get_login_flow
 from app.http.guards import log_out_cookie_token
 from app.http.request_log import note
 from app.http.responses import bodiless
@@ -43,7 +43,9 @@ def callback(provider: str) -> Response:
     """Check the provider's answer, set the cookie token, send the browser onwards."""
     user = _flow_of(provider).logged_in_user(provider)
     settings = current_settings()
-    cookie_token = issue_cookie_token(user, get_key_ring(), settings.cookie_token_lifetime)
+    cookie_token = issue_cookie_token(
+        user, get_key_ring(), settings.cookie_token_lifetime, get_clock()
+    )
     response = bodiless(302, Location=settings.login_redirect_url)
     response.set_cookie(
         value=cookie_token, max_age=settings.cookie_token_lifetime, **_auth_cookie(settings)

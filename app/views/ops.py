@@ -6,7 +6,6 @@ from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 
 from app.extensions import current_settings, get_store
-from app.http.responses import json_response
 from app.observability.metrics_scrape import metrics_response
 from app.openapi.document import openapi_json
 
@@ -14,16 +13,16 @@ bp = Blueprint("ops", __name__)
 
 
 @bp.get("/healthz")
-def healthz() -> Response:
+def healthz() -> dict[str, str]:
     """Answer 200 while the process serves requests."""
-    return json_response({"status": "ok"})
+    return {"status": "ok"}
 
 
 @bp.get("/readyz")
-def readyz() -> Response:
+def readyz() -> dict[str, str]:
     """Answer 200 when the refresh-token store answers, else 503."""
     get_store().ping()
-    return json_response({"status": "ready"})
+    return {"status": "ready"}
 
 
 @bp.get("/metrics")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from app.auth import tokens
+from tests.helpers.clock import ManualClock
 from tests.helpers.tokens import bearer, make_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
@@ -16,12 +16,22 @@ USER = {"source": "corp", "id": "248289761001", "shownName": "Jane Doe"}
 
 
 @pytest.fixture
-def now(monkeypatch) -> int:
-    """Freeze the service's clock on a whole second, so that +1 s is exactly +1 s."""
-    frozen = int(time.time())
-    monkeypatch.setattr(time, "time", lambda: float(frozen))  # the claims the tests make
-    monkeypatch.setattr(tokens, "clock", lambda: float(frozen))  # the service's checks
+def clock() -> ManualClock:
+    """The service's clock, frozen on a whole second, so that +1 s is exactly +1 s."""
+    return ManualClock()
+
+
+@pytest.fixture
+def now(clock, monkeypatch) -> int:
+    """Return the frozen second, which the claims the tests make read too."""
+    frozen = int(clock())
+    monkeypatch.setattr(time, "time", lambda: float(frozen))
     return frozen
+
+
+@pytest.fixture
+def client(make_app, clock):
+    return make_app(clock=clock).test_client()
 
 
 def bearer_status(client, key, **claims) -> int:
@@ -53,8 +63,8 @@ def test_nbf_gets_the_same_skew(client, signing_key, now, ahead, status):
 @pytest.mark.parametrize(
     ("skew", "ahead", "status"), [(0, 1, 401), (0, 0, 200), (5, 5, 200), (5, 6, 401)]
 )
-def test_clock_skew_is_a_setting(make_app, signing_key, now, skew, ahead, status):
-    client = make_app(CLOCK_SKEW=str(skew)).test_client()
+def test_clock_skew_is_a_setting(make_app, clock, signing_key, now, skew, ahead, status):
+    client = make_app(CLOCK_SKEW=str(skew), clock=clock).test_client()
     assert bearer_status(client, signing_key, iat=now + ahead, exp=now + 120) == status
 
 
@@ -77,8 +87,8 @@ def test_an_exp_that_is_no_finite_number_is_401(client, signing_key, now, exp):
     assert cookie_status(client, signing_key, exp=exp) == 401
 
 
-def test_exp_is_read_by_the_services_clock_not_the_systems(client, signing_key, now, monkeypatch):
-    monkeypatch.setattr(tokens, "clock", lambda: float(now + 3600))  # the system's is `now`
+def test_exp_is_read_by_the_services_clock_not_the_systems(client, clock, signing_key, now):
+    clock.advance(3600)  # the system's is `now`
     assert bearer_status(client, signing_key, iat=now - 60, exp=now + 120) == 401
-    monkeypatch.setattr(tokens, "clock", lambda: float(now - 3600))
+    clock.advance(-7200)
     assert bearer_status(client, signing_key, iat=now - 7200, exp=now - 60) == 200

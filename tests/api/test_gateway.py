@@ -18,6 +18,7 @@ from app.auth.tokens import issue_cookie_token
 from app.extensions import KEY_RING
 from app.views.gateway import cookie_identity, header_text
 from tests.api.test_openapi import assert_documented, document_of
+from tests.helpers.clock import ManualClock
 from tests.helpers.tokens import bearer, login, make_token, valid_claims
 
 # The check reads no store for a Bearer token; the cookie's deny list is the store's own
@@ -101,12 +102,14 @@ def test_a_wrongly_signed_token_is_401(client):
     )
 
 
-def test_an_expired_token_is_401_from_the_second_its_exp_names(client, monkeypatch):
+def test_an_expired_token_is_401_from_the_second_its_exp_names(make_app):
+    clock = ManualClock()
+    client = make_app(clock=clock).test_client()
     token = login(client)["accessToken"]
     exp = tokens.verify_access_token(token, client.application.extensions[KEY_RING])["exp"]
-    monkeypatch.setattr(tokens, "clock", lambda: exp - 0.001)
+    clock.advance(exp - 0.001 - clock())
     assert check(client, headers=bearer(token)).status_code == 200
-    monkeypatch.setattr(tokens, "clock", lambda: exp)
+    clock.advance(0.001)
     assert_protected_401(client, check(client, headers=bearer(token)))
 
 
@@ -491,10 +494,12 @@ def test_no_verdict_may_be_kept_unless_the_setting_says(client):
     ],
 )
 def test_a_verdict_is_kept_the_setting_s_seconds_never_past_exp(
-    caching_client, signing_key, monkeypatch, lifetime_left, kept_until
+    make_app, signing_key, lifetime_left, kept_until
 ):
     now = 1_900_000_000
-    monkeypatch.setattr(tokens, "clock", lambda: now + 0.5)
+    caching_client = make_app(
+        AUTH_CHECK_CACHE_SECONDS="5", AUTH_CHECK_COOKIE="on", clock=ManualClock(now + 0.5)
+    ).test_client()
     token = make_token(signing_key, valid_claims(iat=now, exp=now + lifetime_left))
     response = check(caching_client, headers=bearer(token))
     assert response.status_code == 200

@@ -22,6 +22,7 @@ from app.config.parsers import ConfigError
 from app.config.settings import DEFAULT_LOGIN_FAILURE_LIMIT, Settings
 from app.views.auth import LOGIN_LIMITED_MESSAGE
 from tests.api.test_openapi import assert_documented, document_of
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh
 
 PASSWORD = "correct horse battery"
@@ -49,23 +50,6 @@ def limited_app(make_app, users_file):
         return make_app(USERS_FILE=str(users_file), RATE_LIMIT_AUTH="off", **settings)
 
     return make
-
-
-class Clock:
-    """A settable time source for the SQLite counters' windows."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def frozen(client) -> Clock:
-    """Give the app's counters a clock that moves only when the test moves it."""
-    clock = Clock()
-    client.application.extensions["login_failure_limit"].storage.clock = clock
-    return clock
 
 
 class CountingHasher:
@@ -164,10 +148,9 @@ def test_after_10_failures_even_the_right_password_is_429_for_that_username_only
     assert log_in(client, "Alice").status_code == 401  # names are exact: another username
 
 
-@pytest.mark.store("sqlite")  # the SQLite counters' clock can be frozen; Redis keeps its own
+@pytest.mark.store("sqlite")  # the SQLite counters follow the app's clock; Redis keeps its own
 def test_a_known_and_an_unknown_username_get_the_same_answers(limited_app):
-    client = limited_app().test_client()
-    frozen(client)  # the same Retry-After for both
+    client = limited_app(clock=ManualClock()).test_client()  # the same Retry-After for both
     known = [answer(log_in(client, "alice")) for _ in range(LIMIT + 2)]
     unknown = [answer(log_in(client, "mallory")) for _ in range(LIMIT + 2)]
     assert known == unknown
@@ -196,14 +179,14 @@ def test_a_successful_login_takes_its_attempt_back(limited_app):
 
 @pytest.mark.store("sqlite")
 def test_the_window_frees_when_it_ends(limited_app):
-    client = limited_app().test_client()
-    clock = frozen(client)
+    clock = ManualClock()
+    client = limited_app(clock=clock).test_client()
     fail(client)
-    clock.now += 30
+    clock.advance(30)
     response = log_in(client, password=PASSWORD)
     assert response.status_code == 429
     assert response.headers["Retry-After"] == "30"
-    clock.now += 30  # the window, started by the first failure, has ended
+    clock.advance(30)  # the window, started by the first failure, has ended
     assert log_in(client, password=PASSWORD).status_code == 200
     fail(client)  # a new window: ten more
     assert log_in(client).status_code == 429
@@ -280,15 +263,15 @@ def test_a_device_cookie_s_failures_count_on_its_own_counters(limited_app):
 def test_a_new_password_ends_the_device_cookies_of_the_old_one(limited_app, users_file):
     """A thief who logged in with a stolen password, however often, keeps no cookie that
     outlives the reset: their guesses at the new one count on the username's counters."""
-    app = limited_app()
-    clock = app.extensions["user_directory"].clock = Clock()
+    clock = ManualClock()
+    app = limited_app(clock=clock)
     client = app.test_client(use_cookies=False)
     thiefs = [device_cookie(log_in(client, password=PASSWORD)) for _ in range(2)]
     result = app.test_cli_runner().invoke(
         args=["users", "add", "--replace", "alice"], input="the new password\n"
     )
     assert result.exit_code == 0, result.output
-    clock.now += 1  # the file read again
+    clock.advance(1)  # the file read again
     owners = device_cookie(log_in(client, password="the new password"))
     fail(client)  # the username's counters, full
     for cookie in thiefs:
@@ -384,7 +367,8 @@ def test_the_429_matches_the_openapi_document(limited_app):
 def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
     limited_app, instance_path, caplog
 ):
-    client = limited_app().test_client()
+    clock = ManualClock()
+    client = limited_app(clock=clock).test_client()
     spy = spied(client)
     (instance_path / SQLITE_FILE_NAME).mkdir()  # opened on first use: it cannot be
     caplog.set_level(logging.WARNING)
@@ -401,9 +385,7 @@ def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
     assert "token_service_rate_limit_errors_total 3.0" in metrics
     # the storage is back: once the second without tries has passed, logins work again
     (instance_path / SQLITE_FILE_NAME).rmdir()
-    limit = client.application.extensions["login_failure_limit"]
-    later = limit.clock() + 2
-    limit.clock = lambda: later
+    clock.advance(2)
     assert log_in(client, password=PASSWORD).status_code == 200
     assert "logins accepted again" in caplog.records[-1].getMessage()
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from app.auth import tokens
 from app.auth.tokens import issue_access_token, issue_cookie_token, logout_digest
 from app.backends.interface import token_digest
-from app.extensions import KEY_RING
+from app.extensions import KEY_RING, clock_of
 from app.oidc.cross_site import origin_of
-from tests.backends.test_store import Clock
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import free_port
 from tests.helpers.tokens import bearer, ecdsa_twin, make_token
 
@@ -25,7 +25,7 @@ EVIL = "https://evil.example"
 
 
 def cookie_token(app, user=USER, lifetime: int = 600) -> str:
-    return issue_cookie_token(user, app.extensions[KEY_RING], lifetime)
+    return issue_cookie_token(user, app.extensions[KEY_RING], lifetime, clock_of(app))
 
 
 def me(client, token: str):
@@ -154,11 +154,9 @@ def test_a_logged_out_cookie_token_is_401_on_every_app_of_the_store(make_app, ca
     assert (line["status"], line["reason"]) == (401, "logged_out")
 
 
-def test_a_logout_ends_its_own_login_only_even_one_made_in_the_same_second(
-    app, client, monkeypatch
-):
-    now = time.time()
-    monkeypatch.setattr(tokens, "clock", lambda: now)
+def test_a_logout_ends_its_own_login_only_even_one_made_in_the_same_second(make_app):
+    app = make_app(clock=ManualClock())
+    client = app.test_client()
     first, second = cookie_token(app), cookie_token(app)  # one user, two browsers, one second
     assert first != second
     assert logout(client, first).status_code == 204
@@ -173,16 +171,17 @@ def test_a_cookie_token_with_only_the_spec_claims_is_logged_out_too(app, client,
     assert me(client, token).status_code == 401
 
 
-def test_the_deny_entry_lasts_until_the_tokens_exp_and_the_clock_skew(app, client):
-    store = app.extensions["token_store"]
-    store.clock = Clock()
+def test_the_deny_entry_lasts_until_the_tokens_exp_and_the_clock_skew(make_app):
+    clock = ManualClock()
+    app = make_app(clock=clock)
+    client, store = app.test_client(), app.extensions["token_store"]
     token = cookie_token(app, lifetime=600)
-    exp = int(store.clock()) + 600  # issued in this second (the Clock's is a whole one)
+    exp = int(clock()) + 600  # issued in this second (the clock's is a whole one)
     assert logout(client, token).status_code == 204
     digests, skew = (logout_digest(token), token_digest(token)), app.config["SETTINGS"].clock_skew
-    store.clock.advance(exp + skew - store.clock() - 0.5)
+    clock.advance(exp + skew - clock() - 0.5)
     assert [store.is_denied(digest) for digest in digests] == [True, True]
-    store.clock.advance(0.5)  # the token has expired on every host: the entry with it
+    clock.advance(0.5)  # the token has expired on every host: the entry with it
     assert [store.is_denied(digest) for digest in digests] == [False, False]
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.auth import tokens
 from tests.helpers.apps import ServiceKey
+from tests.helpers.clock import ManualClock
 from tests.helpers.tokens import bearer, login, make_token, unsigned_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
@@ -308,15 +308,14 @@ def test_token_is_valid_before_exp(client, signing_key):
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
 
 
-def test_issued_token_expires_after_its_lifetime(make_app, monkeypatch):
-    client = make_app(ACCESS_TOKEN_LIFETIME="30").test_client()
-    issued = int(time.time())
-    monkeypatch.setattr(tokens, "clock", lambda: issued + 0.5)
+def test_issued_token_expires_after_its_lifetime(make_app):
+    clock = ManualClock(int(time.time()) + 0.5)
+    client = make_app(ACCESS_TOKEN_LIFETIME="30", clock=clock).test_client()
     token = login(client)["accessToken"]
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
-    monkeypatch.setattr(tokens, "clock", lambda: issued + 29.9)
+    clock.advance(29.4)
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
-    monkeypatch.setattr(tokens, "clock", lambda: issued + 30)  # exp is whole seconds
+    clock.advance(0.1)  # 30 s after the whole second it was issued in: exp is whole seconds
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 
@@ -348,12 +347,13 @@ def test_authentication_failure_wins_over_role_failure(client, signing_key):
 # --- the verified-token cache, through the app ---------------------------------------
 
 
-def test_a_token_cached_a_moment_before_exp_is_refused_at_exp(client, signing_key, monkeypatch):
+def test_a_token_cached_a_moment_before_exp_is_refused_at_exp(make_app, signing_key):
     now = int(time.time())
+    clock = ManualClock(now + 0.999)
+    client = make_app(clock=clock).test_client()
     token = make_token(signing_key, valid_claims(iat=now - 59, exp=now + 1))
-    monkeypatch.setattr(tokens, "clock", lambda: now + 0.999)
     assert client.get("/user-accessible", headers=bearer(token)).status_code == 200  # cached
-    monkeypatch.setattr(tokens, "clock", lambda: now + 1.0)
+    clock.advance(0.001)
     assert_unauthenticated(client.get("/user-accessible", headers=bearer(token)))
 
 

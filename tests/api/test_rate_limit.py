@@ -18,6 +18,7 @@ from app.backends.interface import SQLITE_FILE_NAME
 from app.config.parsers import ConfigError
 from app.config.settings import DEFAULT_RATE_LIMIT_AUTH, Settings
 from tests.api.test_openapi import assert_documented, document_of
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh
 from tests.helpers.tokens import login
 from tests.helpers.tools import ROOT
@@ -278,13 +279,12 @@ def test_rate_limit_off_never_refuses_and_keeps_no_counters(make_app, instance_p
 
 
 def test_a_window_frees_when_it_ends(make_app):
-    client = make_app(RATE_LIMIT_AUTH="2 per second").test_client()
+    clock = ManualClock(time.time())
+    client = make_app(RATE_LIMIT_AUTH="2 per second", clock=clock).test_client()
     storage = client.application.extensions["rate_limiter"].storage
-    if hasattr(storage, "clock"):  # SQLite's windows follow a clock the test sets
-        now = time.time()
-        storage.clock = lambda: now
+    if hasattr(storage, "clock"):  # SQLite's windows follow the app's clock
         assert [log_in(client).status_code for _ in range(3)] == [200, 200, 429]
-        now += 1  # the window has ended
+        clock.advance(1)  # the window has ended
         assert log_in(client).status_code == 200
         return
     # Redis keeps its own time: wait for it
@@ -356,7 +356,8 @@ def limiter_messages(caplog) -> list[str]:
 def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_counted(
     make_app, instance_path, caplog
 ):
-    client = make_app(RATE_LIMIT_AUTH="1 per minute").test_client()
+    clock = ManualClock()
+    client = make_app(RATE_LIMIT_AUTH="1 per minute", clock=clock).test_client()
     failures = counted_failures(client)
     (instance_path / SQLITE_FILE_NAME).mkdir()  # opened on first use: it cannot be
     caplog.set_level(logging.WARNING)
@@ -371,9 +372,7 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
     )
     # the storage is back: after one second without tries, the limits hold again
     (instance_path / SQLITE_FILE_NAME).rmdir()
-    outage = client.application.extensions["rate_limiter"].failures
-    later = time.monotonic() + 2
-    outage.clock = lambda: later
+    clock.advance(2)
     assert log_in(client).status_code == 200
     assert log_in(client).status_code == 429
     assert "rate limits applied again" in limiter_messages(caplog)[-1]

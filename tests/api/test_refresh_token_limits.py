@@ -6,14 +6,14 @@ import pytest
 
 from app.backends.interface import token_digest
 from tests.backends.test_rotation import assert_unauthorized, refresh, rotated
-from tests.backends.test_store import Clock
+from tests.helpers.clock import ManualClock
 from tests.helpers.tokens import login
 
 
 def app_on_a_clock(make_app, **settings: str):
-    app = make_app(**settings)
-    app.extensions["token_store"].clock = Clock()
-    return app, app.test_client(), app.extensions["token_store"].clock
+    clock = ManualClock()
+    app = make_app(clock=clock, **settings)
+    return app, app.test_client(), clock
 
 
 def test_the_login_over_the_per_user_limit_revokes_that_users_oldest(make_app):

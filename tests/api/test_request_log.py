@@ -305,7 +305,7 @@ def test_any_header_path_or_user_is_one_line_that_parses_back(
     forwarded, path, user, request_id, trusted
 ):
     from app.http.proxy import parse_address
-    from app.observability.redaction import redacted_path
+    from app.http.request_log import redacted_path
 
     path = "/" + path
     environ = {

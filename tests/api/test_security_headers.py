@@ -1,15 +1,16 @@
-"""The security-headers middleware: added to whatever answer the app it wraps gives.
+"""The security headers: added by the request log to whatever answer the app it wraps gives.
 
 Every kind of answer of the service itself is checked in test_security_events.py.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
-from app.http.security_headers import SECURITY_HEADERS, SecurityHeaders
+from app.http.request_log import SECURITY_HEADERS, RequestLog
 
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
 
@@ -28,11 +29,14 @@ def test_the_headers_are_added_to_an_answer_and_to_an_error_answer_alike():
             start_response("500 INTERNAL SERVER ERROR", [], sys.exc_info())
         return [b"body"]
 
-    assert SecurityHeaders(app, SECURITY_HEADERS)({}, start_response) == [b"body"]
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "127.0.0.1"}
+    with open(os.devnull, "wb") as devnull:
+        assert RequestLog(app, fd=devnull.fileno())(environ, start_response) == [b"body"]
     (ok, ok_headers, no_error), (failed, failed_headers, error) = started
     assert (ok, failed) == ("200 OK", "500 INTERNAL SERVER ERROR")
-    assert ok_headers == [("Content-Type", "text/plain"), *SECURITY_HEADERS]
-    assert failed_headers == list(SECURITY_HEADERS)
+    assert ok_headers[:-1] == [("Content-Type", "text/plain"), *SECURITY_HEADERS]
+    assert failed_headers[:-1] == list(SECURITY_HEADERS)
+    assert ok_headers[-1][0] == failed_headers[-1][0] == "X-Request-ID"
     assert no_error is None
     assert error[0] is ValueError  # exc_info is handed on to the server
 

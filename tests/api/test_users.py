@@ -19,6 +19,7 @@ from argon2 import PasswordHasher, extract_parameters
 from app.auth.users import HASHER, UserDirectory, change_users
 from app.config.parsers import ConfigError
 from tests.api.test_openapi import assert_documented, document_of
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh, wait_until
 from tests.helpers.tools import ROOT
 from tests.unit.test_config import load_settings
@@ -218,39 +219,31 @@ def test_an_upgrade_leaves_a_password_changed_meanwhile(directory_app, users_fil
 # --- the file changes ------------------------------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_file_is_read_again_when_it_changes_at_most_once_a_second(directory_app, users_file):
-    app = directory_app()
-    clock = app.extensions["user_directory"].clock = Clock()
+    clock = ManualClock()
+    app = directory_app(clock=clock)
     client = app.test_client()
     assert log_in(client, "bob", "bobs password").status_code == 401
     change_users(
         str(users_file), lambda users: users.update(bob=HASHER.hash("bobs password")) or True
     )
-    clock.now += 0.9
+    clock.advance(0.9)
     assert log_in(client, "bob", "bobs password").status_code == 401  # not looked at yet
-    clock.now += 0.1
+    clock.advance(0.1)
     assert log_in(client, "bob", "bobs password").status_code == 200
     change_users(str(users_file), lambda users: users.pop("alice") is not None)
-    clock.now += 1
+    clock.advance(1)
     assert log_in(client).status_code == 401
 
 
 def test_a_file_broken_while_running_keeps_the_users_read_before(directory_app, users_file, caplog):
-    app = directory_app()
-    clock = app.extensions["user_directory"].clock = Clock()
+    clock = ManualClock()
+    app = directory_app(clock=clock)
     client = app.test_client()
     users_file.write_text('{"alice": ')
     caplog.set_level(logging.INFO)
     for _ in range(3):
-        clock.now += 1
+        clock.advance(1)
         assert log_in(client).status_code == 200
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == [
@@ -262,14 +255,14 @@ def test_a_file_broken_while_running_keeps_the_users_read_before(directory_app, 
 def test_a_file_deleted_while_running_refuses_every_login_and_says_so_once(
     directory_app, users_file, caplog
 ):
-    app = directory_app()
-    clock = app.extensions["user_directory"].clock = Clock()
+    clock = ManualClock()
+    app = directory_app(clock=clock)
     client = app.test_client()
     assert log_in(client).status_code == 200
     users_file.unlink()
     caplog.set_level(logging.WARNING)
     for _ in range(3):
-        clock.now += 1
+        clock.advance(1)
         assert log_in(client).status_code == 401
     assert [r.getMessage() for r in caplog.records if r.name == "app.auth.users"] == [
         f"USERS_FILE {users_file} does not exist: every login is refused until"
@@ -278,12 +271,12 @@ def test_a_file_deleted_while_running_refuses_every_login_and_says_so_once(
 
 
 def test_a_missing_file_refuses_every_login_until_one_is_added(make_app, users_file, runner_for):
-    app = make_app(USERS_FILE=str(users_file))
-    clock = app.extensions["user_directory"].clock = Clock()
+    clock = ManualClock()
+    app = make_app(USERS_FILE=str(users_file), clock=clock)
     assert log_in(app.test_client()).status_code == 401
     result = runner_for(app).invoke(args=["users", "add", "alice"], input=PASSWORD + "\n")
     assert result.exit_code == 0, result.output
-    clock.now += 1
+    clock.advance(1)
     assert log_in(app.test_client()).status_code == 200
 
 
@@ -575,10 +568,11 @@ def test_adding_a_user_revokes_the_tokens_the_name_had_before(make_app, users_fi
     """Tokens that an open login (no USERS_FILE) gave anyone for a name are not the user's."""
     open_client = make_app().test_client()
     earlier = log_in(open_client, "alice", "anything").get_json()["refreshToken"]
-    app = make_app(USERS_FILE=str(users_file))
+    clock = ManualClock()
+    app = make_app(USERS_FILE=str(users_file), clock=clock)
     result = app.test_cli_runner().invoke(args=["users", "add", "alice"], input=PASSWORD + "\n")
     assert (result.exit_code, result.stdout) == (0, "added 'alice'; revoked 1 refresh token\n")
-    app.extensions["user_directory"].clock = lambda: 10.0**9  # look at the file again now
+    clock.advance(1)  # look at the file again now
     assert_unauthorized(refresh(app.test_client(), "alice", earlier))
 
 
@@ -589,13 +583,13 @@ def test_a_refresh_for_a_user_no_longer_in_the_directory_is_401(
 ):
     """Removed from the file by hand (no `flask users`, so no revocation): within the reload
     interval, the user's refresh tokens are refused; back in the file, they work again."""
-    app = directory_app(REFRESH_TOKEN_ROTATION=rotation)
-    clock = app.extensions["user_directory"].clock = Clock()
+    clock = ManualClock()
+    app = directory_app(REFRESH_TOKEN_ROTATION=rotation, clock=clock)
     client = app.test_client()
     (token,) = refresh_tokens(client, "alice", PASSWORD, 1)
     hashed = json.loads(users_file.read_text())["alice"]
     change_users(str(users_file), lambda users: users.pop("alice") is not None)
-    clock.now += 1
+    clock.advance(1)
     capfd.readouterr()
     assert_unauthorized(refresh(client, "alice", token))
     (line,) = request_lines(capfd)
@@ -605,7 +599,7 @@ def test_a_refresh_for_a_user_no_longer_in_the_directory_is_401(
         "refresh_failed",
     )
     change_users(str(users_file), lambda users: users.update(alice=hashed) or True)
-    clock.now += 1
+    clock.advance(1)
     response = refresh(client, "alice", token)
     if rotation == "off":
         assert response.status_code == 200

@@ -21,6 +21,7 @@ from app.backends.interface import (
 )
 from app.config.parsers import ConfigError
 from tests.backends.test_store import OPERATIONS
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import free_port, wait_until
 from tests.helpers.stores import open_store
 from tests.helpers.tools import require_tool, which
@@ -95,17 +96,20 @@ def test_a_token_with_a_lifetime_expires_in_redis_and_is_indexed_by_expiry(
 
 
 def test_expired_tokens_leave_no_member_behind_in_any_index(redis_url, session_redis):
-    store = open_store(
-        redis_url, timeout=2, policy=RefreshTokenPolicy(lifetime=60, per_user=5, reuse_grace=5)
-    )
     start = time.time()
-    store.clock = lambda: start
+    clock = ManualClock(start)
+    store = open_store(
+        redis_url,
+        timeout=2,
+        policy=RefreshTokenPolicy(lifetime=60, per_user=5, reuse_grace=5),
+        clock=clock,
+    )
     tokens = [new_refresh_token() for _ in range(6)]
     for n, token in enumerate(tokens):
         store.issue(token, f"user{n % 2}")
     successor = new_refresh_token()
     store.rotate(tokens[0], successor, "user0")  # a family key and a retired token
-    store.clock = lambda: start + 60
+    clock.advance(60)
     bob = token_digest(fresh := new_refresh_token())
     store.issue(fresh, "bob")  # purges a batch: all 7 expired records, none left dangling
     with session_redis.client() as client:

@@ -14,7 +14,7 @@ import pytest
 
 from app.backends.interface import RETIRED_GENERATIONS_KEPT, token_digest
 from app.config.settings import SQLITE_FILE_NAME
-from tests.backends.test_store import Clock
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh
 from tests.helpers.stores import open_store
 from tests.helpers.tokens import login
@@ -42,13 +42,13 @@ def rotated(client, refresh_token: str, username: str = "alice") -> str:
 
 @pytest.fixture
 def rotating(make_app):
-    """Return a client of an app with rotation on (and the app's store on a Clock)."""
+    """Return a client of an app with rotation on, on a clock the test moves (``client.clock``)."""
 
     def make(**settings: str):
-        app = make_app(REFRESH_TOKEN_ROTATION="true", **settings)
-        app.extensions["token_store"].clock = Clock()
+        clock = ManualClock()
+        app = make_app(REFRESH_TOKEN_ROTATION="true", clock=clock, **settings)
         client = app.test_client()
-        client.clock = app.extensions["token_store"].clock
+        client.clock = clock
         return client
 
     return make

@@ -22,6 +22,7 @@ from app.backends.interface import (
 from app.backends.sqlite.files import ProcessWriter, connect_wal
 from app.backends.sqlite.store import SQLiteTokenStore
 from app.backends.sqlite.tables import SCHEMA_VERSION
+from tests.helpers.clock import ManualClock
 from tests.helpers.stores import open_store
 
 #: The schema of the first release, as files made by it hold it.
@@ -363,12 +364,12 @@ def test_a_child_forked_while_its_parent_writes_has_a_free_turn(path):
 
 
 def test_expired_deny_entries_are_purged_by_the_next_deny_through_their_index(path):
-    store = SQLiteTokenStore(path, timeout=2)
-    now = time.time()
-    store.clock = lambda: now
+    clock = ManualClock(time.time())
+    now = clock()
+    store = SQLiteTokenStore(path, timeout=2, clock=clock)
     for n in range(3):
         store.deny(token_digest(f"cookie token {n}"), now + 10)
-    store.clock = lambda: now + 10
+    clock.advance(10)
     store.deny(token_digest("a later one"), now + 70)
     with contextlib.closing(sqlite3.connect(path)) as database:
         assert database.execute("SELECT digest FROM denied_tokens").fetchall() == [

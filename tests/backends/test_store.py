@@ -65,8 +65,10 @@ from app.backends.interface import (
 from app.backends.postgres.store import PostgresTokenStore
 from app.backends.redis.store import TOKEN_KEY_PREFIX, RedisTokenStore
 from app.backends.sqlite.store import SQLiteTokenStore
+from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import free_port
 from tests.helpers.stores import open_store, stored_contents
 
@@ -83,19 +85,6 @@ def store(store_url: str) -> Iterator[RefreshTokenStore]:
 
 def digest_prefix(token: str) -> str:
     return token_digest(token)[:DIGEST_PREFIX_LENGTH]
-
-
-class Clock:
-    """A store's time source that moves only when told: ``store.clock = Clock()``."""
-
-    def __init__(self) -> None:
-        self.now = float(int(time.time()))  # a whole second, so issue times are exact
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def stored_digests(store: RefreshTokenStore) -> set[str]:
@@ -129,12 +118,17 @@ def forget_lineages(store: RefreshTokenStore) -> None:
 
 @pytest.fixture
 def make_store(store_url: str) -> Iterator[Callable[..., RefreshTokenStore]]:
-    """Return a factory of stores on the one store under test, with a policy and a Clock."""
+    """Return a factory of stores on the one store under test, with a policy, on a clock of
+    their own that moves only when told (or on ``clock``)."""
     opened: list[RefreshTokenStore] = []
 
-    def make(**policy: Any) -> RefreshTokenStore:
-        store = open_store(store_url, timeout=2, policy=RefreshTokenPolicy(**policy))
-        store.clock = Clock()
+    def make(clock: Clock | None = None, **policy: Any) -> RefreshTokenStore:
+        store = open_store(
+            store_url,
+            timeout=2,
+            policy=RefreshTokenPolicy(**policy),
+            clock=ManualClock() if clock is None else clock,
+        )
         opened.append(store)
         return store
 
@@ -764,8 +758,7 @@ def test_expired_tokens_do_not_count_towards_the_limit(make_store):
 
 
 def test_concurrent_logins_of_one_user_never_exceed_the_limit(make_store):
-    store = make_store(per_user=3)
-    store.clock = time.time  # real time: threads issue in any order
+    store = make_store(per_user=3, clock=SYSTEM_CLOCK)  # real time: threads issue in any order
     start = threading.Barrier(THREADS, timeout=30)
 
     def issue_some(worker: int) -> None:
@@ -993,8 +986,8 @@ def test_of_concurrent_rotations_of_one_token_exactly_one_rotates(make_store, gr
 
 
 def test_a_denied_digest_is_denied_on_every_store_of_it_until_its_time(make_store):
-    store, other = make_store(), make_store()  # two workers or hosts on one store
-    other.clock = store.clock
+    store = make_store()
+    other = make_store(clock=store.clock)  # two workers or hosts on one store
     denied, kept = token_digest("cookie token 1"), token_digest("cookie token 2")
     store.deny(denied, store.clock() + 60)
     assert (other.is_denied(denied), other.is_denied(kept)) == (True, False)

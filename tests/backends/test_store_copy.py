@@ -5,7 +5,6 @@ an empty store, never onto the store itself, and the count is of what was writte
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.transfer import CopyRefusedError, copy_tokens
+from tests.helpers.clock import ManualClock
 from tests.helpers.stores import SERVER_MARKS, open_store
 
 #: Every pair of backends, each way.
@@ -76,11 +76,14 @@ def empty(backend: str, url: str) -> None:
 @store_pairs(PAIRS)
 def test_every_token_moves_and_behaves_as_before(source_backend, target_backend, request, tmp_path):
     policy = RefreshTokenPolicy(lifetime=3600, reuse_grace=10)
-    source = open_store(url_of(source_backend, request, tmp_path), timeout=5, policy=policy)
-    target = open_store(url_of(target_backend, request, tmp_path), timeout=5, policy=policy)
-    now = float(int(time.time()))
-    for store in (source, target):
-        store.clock = lambda: now
+    clock = ManualClock()  # the two stores' hosts agree on the time
+    now = clock()
+    source = open_store(
+        url_of(source_backend, request, tmp_path), timeout=5, policy=policy, clock=clock
+    )
+    target = open_store(
+        url_of(target_backend, request, tmp_path), timeout=5, policy=policy, clock=clock
+    )
     plain = {f"user{n}": new_refresh_token() for n in range(3)}
     for username, token in plain.items():
         source.issue(token, username)
@@ -89,9 +92,9 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
     source.rotate(first, second, "alice")
     source.rotate(second, third, "alice")  # a family: two retired, one live
     expired = new_refresh_token()
-    source.clock = lambda: now - 3600
+    clock.advance(-3600)
     source.issue(expired, "bob")  # issued an hour ago: expired now
-    source.clock = lambda: now
+    clock.advance(3600)
     source.deny(token_digest("cookie token"), now + 60)
 
     copied = copy_tokens(source, target)
@@ -113,7 +116,7 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
     assert target.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
     assert target.owner_of(fourth) is None
     # and expires when it did
-    target.clock = lambda: now + 3600
+    clock.advance(3600)
     assert target.owner_of(plain["user0"]) is None
     source.close()
     target.close()
@@ -124,11 +127,9 @@ def test_the_per_user_limit_evicts_after_a_copy_as_before_even_within_one_second
     source_backend, target_backend, request, tmp_path
 ):
     policy = RefreshTokenPolicy(per_user=3, lifetime=3600, reuse_grace=10)
-    source = open_store(url_of(source_backend, request, tmp_path), timeout=5, policy=policy)
-    target = open_store(url_of(target_backend, request, tmp_path), timeout=5, policy=policy)
-    now = float(int(time.time()))
-    for store in (source, target):
-        store.clock = lambda: now  # one second: only the order of issue tells them apart
+    clock = ManualClock()  # one second: only the order of issue tells the tokens apart
+    source = open_store(url_of(source_backend, request, tmp_path), 5, policy=policy, clock=clock)
+    target = open_store(url_of(target_backend, request, tmp_path), 5, policy=policy, clock=clock)
     tokens = [new_refresh_token() for _ in range(3)]
     for token in tokens:
         source.issue(token, "alice")

@@ -26,6 +26,7 @@ from app.auth.tokens import issue_cookie_token
 from app.auth.users import HASHER
 from app.backends.interface import SQLITE_FILE_NAME
 from app.observability.metric_files import RESERVED_BYTES, reserve_metric_files
+from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh, wait_until
 from tests.helpers.tokens import bearer
 from tests.helpers.tools import IN_CI
@@ -320,7 +321,8 @@ def test_with_rotation_a_refresh_waits_for_space_and_its_token_stays_valid(small
 def test_the_login_failure_limit_fails_closed_on_a_full_disk(small_disk, disk_app, caplog):
     users = small_disk.path / "users.json"
     users.write_text(json.dumps({"alice": HASHER.hash(PASSWORD)}))
-    app = disk_app(USERS_FILE=str(users))
+    clock = ManualClock()
+    app = disk_app(USERS_FILE=str(users), clock=clock)
     client = app.test_client()
     login = {"username": "alice", "password": PASSWORD}
     assert client.post("/login", json=login).status_code == 200
@@ -333,9 +335,7 @@ def test_the_login_failure_limit_fails_closed_on_a_full_disk(small_disk, disk_ap
     assert message.startswith("logins refused (503), the login failure limit's storage failed")
     assert FULL in message
     small_disk.free()
-    limit = app.extensions["login_failure_limit"]
-    later = limit.clock() + 2  # past the second in which the storage is not tried again
-    limit.clock = lambda: later
+    clock.advance(2)  # past the second in which the storage is not tried again
     assert client.post("/login", json=login).status_code == 200
     assert integrity(small_disk.path / "instance" / SQLITE_FILE_NAME) == "ok"
 

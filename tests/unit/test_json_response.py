@@ -1,11 +1,11 @@
-"""json_response: orjson's speed, jsonify's bytes, for every payload a view may build."""
+"""JSON answers: what a view's dict or jsonify writes, the bytes clients have always had."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from flask import jsonify
-
-from app.http.responses import json_response
 
 CLAIMS = {"username": "alice", "role": "user", "iat": 1_700_000_000, "exp": 1_700_000_060}
 
@@ -28,10 +28,14 @@ CLAIMS = {"username": "alice", "role": "user", "iat": 1_700_000_000, "exp": 1_70
     ],
     ids=repr,
 )
-def test_json_response_is_byte_for_byte_jsonify(app, payload):
-    with app.app_context():
-        fast, reference = json_response(payload), jsonify(payload)
-    assert fast.status_code == reference.status_code == 200
-    assert fast.get_data() == reference.get_data()
-    assert fast.headers["Content-Type"] == reference.headers["Content-Type"]
-    assert fast.headers["Content-Length"] == reference.headers["Content-Length"]
+def test_an_answer_is_compact_ascii_json_in_the_order_built(app, payload):
+    """Compact, escaped to ASCII, keys as the view put them, one newline: as ever."""
+    expected = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+    with app.test_request_context():
+        returned = app.make_response(payload)  # a view's dict
+        jsonified = jsonify(payload)
+    for response in (returned, jsonified):
+        assert response.status_code == 200
+        assert response.get_data() == expected
+        assert response.headers["Content-Type"] == "application/json"
+        assert response.headers["Content-Length"] == str(len(expected))

@@ -6,8 +6,9 @@ import logging
 
 import pytest
 
+from app.http.request_log import redacted_path
 from app.observability.logging_config import JsonFormatter, TextFormatter
-from app.observability.redaction import redact, redacted_path
+from app.observability.redaction import redact
 
 TOKEN = "C2NdWrW9MdQ6ksKauArabZPBsTCUyExCV07XsHmBis"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJ1c2VybmFtZSI6ImEifQ.c2lnbmF0dXJl"

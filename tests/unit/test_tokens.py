@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.auth import tokens
 from app.auth.keys import load_key_ring
 from app.auth.tokens import (
     REFRESH_TOKEN_ALPHABET,
@@ -25,6 +24,7 @@ from app.auth.tokens import (
     verify_cookie_token,
 )
 from app.config.usernames import USERNAME_PATTERN, token_username_problem
+from tests.helpers.clock import ManualClock
 from tests.helpers.tokens import make_token, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
@@ -64,13 +64,14 @@ def test_new_refresh_tokens_differ():
     assert len({new_refresh_token() for _ in range(1000)}) == 1000
 
 
-def test_cached_verification_still_expires_at_exp(monkeypatch, keys, signing_key):
-    now = int(time.time())
+def test_cached_verification_still_expires_at_exp(keys, signing_key):
+    clock = ManualClock()
+    now = int(clock())
     token = make_token(signing_key, valid_claims(iat=now, exp=now + 30))
-    assert verify_access_token(token, keys)["exp"] == now + 30  # verified, now cached
-    monkeypatch.setattr(tokens, "clock", lambda: now + 30.0)  # the second exp names
+    assert verify_access_token(token, keys, clock=clock)["exp"] == now + 30  # verified, cached
+    clock.advance(30)  # the second exp names
     with pytest.raises(InvalidTokenError, match="expired"):
-        verify_access_token(token, keys)
+        verify_access_token(token, keys, clock=clock)
 
 
 def test_cache_is_keyed_by_keys_and_exact_token(keys, signing_key):
@@ -130,13 +131,14 @@ def test_a_refused_token_says_why(keys, signing_key, token, reason):
     assert refused.value.reason == reason
 
 
-def test_a_cached_token_at_exp_is_refused_as_expired(keys, signing_key, monkeypatch):
-    now = int(time.time())
+def test_a_cached_token_at_exp_is_refused_as_expired(keys, signing_key):
+    clock = ManualClock()
+    now = int(clock())
     token = make_token(signing_key, valid_claims(iat=now, exp=now + 30))
-    verify_access_token(token, keys)
-    monkeypatch.setattr(tokens, "clock", lambda: now + 30.0)
+    verify_access_token(token, keys, clock=clock)
+    clock.advance(30)
     with pytest.raises(InvalidTokenError) as refused:
-        verify_access_token(token, keys)
+        verify_access_token(token, keys, clock=clock)
     assert refused.value.reason == "expired"
 
 
@@ -169,13 +171,14 @@ def test_a_token_refused_for_its_signature_is_refused_again_without_pyjwt(keys, 
     assert verify_access_token(token, other)["username"] == "alice"  # refused for that ring only
 
 
-def test_a_token_refused_for_a_moment_is_not_remembered(keys, signing_key, monkeypatch):
-    now = int(time.time())
+def test_a_token_refused_for_a_moment_is_not_remembered(keys, signing_key):
+    clock = ManualClock()
+    now = int(clock())
     token = make_token(signing_key, valid_claims(iat=now + 100, exp=now + 160))
     with pytest.raises(InvalidTokenError):
-        verify_access_token(token, keys)  # issued in the future, beyond the clock skew
-    monkeypatch.setattr(tokens, "clock", lambda: now + 100.0)
-    assert verify_access_token(token, keys)["iat"] == now + 100
+        verify_access_token(token, keys, clock=clock)  # issued in the future, beyond the skew
+    clock.advance(100)
+    assert verify_access_token(token, keys, clock=clock)["iat"] == now + 100
 
 
 def test_remembered_refusals_are_bounded(keys):

@@ -7,6 +7,7 @@ from app.backends.postgres.client import shared_pool
 from app.backends.postgres.counters import PostgresCounters
 from app.backends.postgres.schema import backend_schema
 from app.backends.postgres.store import PostgresTokenStore
+from app.config.clock import Clock
 
 
 def postgres_backend(
@@ -16,6 +17,7 @@ def postgres_backend(
     policy: RefreshTokenPolicy | None,
     durability: str,
     pool_size: tuple[int, int],
+    clock: Clock,
 ) -> Backend:
     """Return the store and the counters of the database at ``url``, sharing the process's
     one pool of it (``shared_pool``)."""
@@ -27,4 +29,6 @@ def postgres_backend(
         max_size=pool_size[1],
         schema=backend_schema(username_index=bool(policy and policy.per_user)),
     )
-    return Backend(PostgresTokenStore(pool, policy, durability), PostgresCounters(pool))
+    return Backend(
+        PostgresTokenStore(pool, policy, durability, clock), PostgresCounters(pool, clock)
+    )

@@ -12,13 +12,13 @@ connections are the store's own pool (``app.backends.postgres.client``).
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from app.backends.interface import BackendUnavailable
 from app.backends.postgres.client import POSTGRES_FAILURES, ProcessPool
 from app.backends.postgres.process import Connection
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: Seconds between two purges of ended windows, per process.
 PURGE_INTERVAL = 60.0
@@ -42,12 +42,12 @@ def hit_statement(counters: int) -> str:
 class PostgresCounters:
     """Fixed-window counters in the PostgreSQL database of ``client`` (the store's pool)."""
 
-    def __init__(self, client: ProcessPool) -> None:
+    def __init__(self, client: ProcessPool, clock: Clock = SYSTEM_CLOCK) -> None:
         self.client = client
         self.location = client.location
         self._next_purge = 0.0
-        #: The time source of the windows; tests may replace it.
-        self.clock: Callable[[], float] = time.time
+        #: The app's clock: ``clock()`` is the time the windows start and end by.
+        self.clock = clock
 
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
         """Count one hit on each (key, window in seconds); return each one's hits and the

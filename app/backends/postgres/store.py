@@ -41,6 +41,7 @@ from app.backends.interface import (
 )
 from app.backends.postgres.client import POSTGRES_FAILURES, ProcessPool
 from app.backends.postgres.process import Connection
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: A live token: neither retired nor expired (``%(now)s``: the whole second).
 LIVE = "retired_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
@@ -110,8 +111,9 @@ class PostgresTokenStore(RefreshTokenStore):
         client: ProcessPool,
         policy: RefreshTokenPolicy | None = None,
         durability: str = "normal",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock)
         self.client = client
         self.url = client.url
         self.timeout = client.timeout

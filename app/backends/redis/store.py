@@ -69,6 +69,7 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.redis.client import REDIS_FAILURES, failure_message, read_lua
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 TOKEN_KEY_PREFIX = "rt:token:"  # noqa: S105 (a key prefix)
 USER_KEY_PREFIX = "rt:user:"
@@ -110,9 +111,13 @@ class RedisTokenStore(RefreshTokenStore):
     remote = True
 
     def __init__(
-        self, client: redis.Redis, location: str, policy: RefreshTokenPolicy | None = None
+        self,
+        client: redis.Redis,
+        location: str,
+        policy: RefreshTokenPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock)
         self.client = client
         self.location = location
         scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}

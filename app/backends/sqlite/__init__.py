@@ -7,12 +7,14 @@ import os
 from app.backends.interface import SQLITE_FILE_NAME, Backend, RefreshTokenPolicy
 from app.backends.sqlite.counters import SQLiteCounters
 from app.backends.sqlite.store import SQLiteTokenStore
+from app.config.clock import Clock
 
 
 def sqlite_backend(
-    path: str, timeout: float, policy: RefreshTokenPolicy | None, durability: str
+    path: str, timeout: float, policy: RefreshTokenPolicy | None, durability: str, clock: Clock
 ) -> Backend:
     """Return the store in the file at ``path`` and the counters in a file beside it: each
     file its own, so that a hit never waits for the store's write lock."""
-    counters = SQLiteCounters(os.path.join(os.path.dirname(path), SQLITE_FILE_NAME), timeout)
-    return Backend(SQLiteTokenStore(path, timeout, policy, durability), counters)
+    counters_file = os.path.join(os.path.dirname(path), SQLITE_FILE_NAME)
+    counters = SQLiteCounters(counters_file, timeout, clock)
+    return Backend(SQLiteTokenStore(path, timeout, policy, durability, clock), counters)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from app.backends.interface import BackendUnavailable
 from app.backends.sqlite.files import ProcessWriter, connect_wal, error_text
 from app.backends.sqlite.tables import migrate
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 
 def _version_1(connection: sqlite3.Connection) -> None:
@@ -62,13 +62,13 @@ class SQLiteCounters:
     turn (app/backends/sqlite/files.py).
     """
 
-    def __init__(self, path: str, timeout: float) -> None:
+    def __init__(self, path: str, timeout: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = path
         self.timeout = timeout
         self._writer = ProcessWriter(self._connect, timeout)
         self._next_purge = 0.0
-        #: The time source of the windows; tests may replace it.
-        self.clock: Callable[[], float] = time.time
+        #: The app's clock: ``clock()`` is the time the windows start and end by.
+        self.clock = clock
 
     def hit(self, counters: Sequence[tuple[str, int]]) -> list[tuple[int, float]]:
         """Count one hit on each (key, window in seconds); return each one's hits and the

@@ -31,6 +31,7 @@ from app.backends.interface import (
 )
 from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
 from app.backends.sqlite.tables import create_schema, forget_live, purge, transaction
+from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: The columns of a token as ``export`` yields them (``StoredToken``'s fields, in order).
 EXPORTED = (
@@ -66,8 +67,9 @@ class SQLiteTokenStore(RefreshTokenStore):
         timeout: float,
         policy: RefreshTokenPolicy | None = None,
         durability: str = "normal",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock)
         self.path = path
         self.location = os.path.abspath(path)
         self.timeout = timeout

@@ -1,0 +1,42 @@
+"""How many of the service's modules one POST /token runs through: a request that hops
+through fewer modules is easier to follow, and pays fewer calls."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import pytest
+
+import app as service
+from tests.helpers.tokens import login
+
+#: The most app/ modules whose code one refresh with rotation may run.
+MAX_MODULES = 15
+
+pytestmark = pytest.mark.store("sqlite")
+
+
+def test_a_refresh_with_rotation_runs_through_at_most_15_modules(make_app):
+    client = make_app(REFRESH_TOKEN_ROTATION="true").test_client()
+    body = {"username": "alice", "refreshToken": login(client)["refreshToken"]}
+    warm_up = client.post("/token", data=body)  # what a first request alone loads or builds
+    body["refreshToken"] = warm_up.get_json()["refreshToken"]
+    folder = str(Path(service.__file__).parent) + "/"
+    modules: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(folder):
+            modules.add(frame.f_code.co_filename.removeprefix(folder))
+
+    gc.collect()  # no finalizer of an earlier test's objects runs during the request
+    gc.disable()
+    sys.setprofile(profile)
+    try:
+        response = client.post("/token", data=body)
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    assert response.status_code == 200
+    assert len(modules) <= MAX_MODULES, sorted(modules)
