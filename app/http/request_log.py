@@ -71,8 +71,14 @@ def note(**fields: str) -> None:
 def request_id(environ: dict[str, Any]) -> str:
     """Return the client's X-Request-ID when it is sane, else a new random one."""
     given: str | None = environ.get("HTTP_X_REQUEST_ID")
-    # strip() removes the allowed characters from both ends: a sane id leaves nothing
-    if given and len(given) <= MAX_REQUEST_ID_LENGTH and not given.strip(REQUEST_ID_CHARACTERS):
+    # strip() removes the allowed characters from both ends: a sane id leaves nothing. A
+    # lone "-" is the text log's mark of an absent field, so it would read as no id at all.
+    if (
+        given
+        and given != "-"
+        and len(given) <= MAX_REQUEST_ID_LENGTH
+        and not given.strip(REQUEST_ID_CHARACTERS)
+    ):
         return given
     return os.urandom(16).hex()
 

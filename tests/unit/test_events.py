@@ -59,6 +59,7 @@ HOMONYMS = {
     ("app/views/auth.py", "login"),  # the rate limit's endpoint
     ("app/views/auth.py", "revoke"),  # the rate limit's endpoint
     ("app/backends/redis/store.py", "login"),  # a Lua script's name
+    ("app/backends/redis/store.py", "revoke"),  # a Lua script's name
 }
 
 
