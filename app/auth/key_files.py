@@ -25,7 +25,7 @@ KEY_KINDS = {EDDSA: "Ed25519", ES256: "EC P-256"}
 MAX_KEY_FILE_BYTES = 64 * 1024
 #: An HS256 kid is PBKDF2 of the secret: checking a guessed secret against the kid then
 #: costs 2,000 HMACs, against a token one. So a kid never makes a weak secret easier to
-#: find than the tokens it signs already do, and it costs about 0.3 ms once, at start.
+#: find than the tokens it signs already do, and its cost is paid once, at start.
 SECRET_KID_SALT = b"token-service signing key id"
 SECRET_KID_ITERATIONS = 1000
 SECRET_KID_BYTES = 12  # 16 base64url characters

@@ -34,8 +34,8 @@ from app.config.usernames import username_problem
 if TYPE_CHECKING:
     pass
 
-#: OWASP's Argon2id minimum (Password Storage Cheat Sheet): 19 MiB, 2 passes, 1 lane.
-#: About 20 ms of one core per login on our machine, and 19 MiB while it runs.
+#: OWASP's Argon2id minimum (Password Storage Cheat Sheet): 19 MiB, 2 passes, 1 lane;
+#: docs/users.md gives what a login costs.
 HASHER = PasswordHasher(time_cost=2, memory_cost=19 * 1024, parallelism=1)
 #: Seconds between two looks at the file's inode, size and mtime, per process.
 RELOAD_INTERVAL = 1.0

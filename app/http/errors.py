@@ -33,7 +33,7 @@ DEFAULT_MESSAGES = {
 
 #: The innermost frames an unexpected error's log line names, and how much of its message
 #: and of each name it keeps: the line stays under 2 KB however deep the stack or long
-#: the message (a traceback of a RecursionError runs to 200 KB).
+#: the message (a RecursionError's traceback runs far longer).
 ERROR_FRAMES = 5
 MAX_ERROR_MESSAGE = 256
 MAX_FRAME_NAME = 80
@@ -49,8 +49,8 @@ def unauthenticated_response() -> Response:
     """Return the 401 of a protected endpoint, which names the Bearer scheme.
 
     Returned, not raised: the protected endpoints answer their 401 and 403 many
-    times a second, and Flask's exception handling costs three times what the
-    response does. The bytes and headers are those ``render_http_error`` gives
+    times a second, and Flask's exception handling costs more than the response
+    itself. The bytes and headers are those ``render_http_error`` gives
     ``Unauthorized(www_authenticate=WWWAuthenticate("bearer"))``.
     """
     return Response(

@@ -29,7 +29,6 @@ from app.http.request_log import note
 View = TypeVar("View", bound=Callable[..., Any])
 
 #: RFC 6750 b64token: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
-#: (one compiled match, cheaper than str.strip over its characters)
 B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 

@@ -213,7 +213,7 @@ def _nested_too_deep(text: str) -> bool:
 def _plain_json_object(data: bytes) -> dict[str, Any] | None:
     """Return what the standard parser below would, through orjson, or None if unsure.
 
-    orjson is five times faster, and stricter (no NaN, UTF-8 only, no lone
+    orjson is faster, and stricter (no NaN, UTF-8 only, no lone
     surrogate), so whatever it refuses goes to the standard parser, which says what
     is wrong. Two things it accepts differently are checked here: it keeps the last
     of duplicate keys silently, and it reads integers beyond 64 bits as floats.

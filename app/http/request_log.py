@@ -145,7 +145,7 @@ class RequestLog:
                     break
         code = int(status[:3])
         line = self.render(environ, now, code, duration, length, notes)
-        try:  # noqa: SIM105 (contextlib.suppress costs a request's worth of this module)
+        try:  # noqa: SIM105 (contextlib.suppress would cost more on every request)
             os.write(self.fd, line)
         except OSError:  # a closed or full standard output must not fail the request
             pass
