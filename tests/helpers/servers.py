@@ -122,23 +122,59 @@ class Gunicorn:
         self.listener.close()
 
 
+def gunicorn_environment(
+    folder: Path, store_url: str | None, env: dict[str, str] | None
+) -> dict[str, str]:
+    """Return the environment of a test's gunicorn: its instance in ``folder``, ``env`` on top."""
+    base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
+    base.update({"INSTANCE_PATH": str(folder / "instance"), "LOG_LEVEL": "WARNING"})
+    if store_url is not None:
+        base["TOKEN_STORE_URL"] = store_url
+    base.update(env or {})
+    return base
+
+
 @pytest.fixture
 def gunicorn_server(tmp_path: Path, store_backend: str | None) -> Iterator[Callable[..., Gunicorn]]:
     """Return a starter of real gunicorn servers; every one is stopped afterwards."""
     started: list[Gunicorn] = []
 
     def start(env: dict[str, str] | None = None, workers: int = 3, *, run: bool = True) -> Gunicorn:
-        base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
-        base.update({"INSTANCE_PATH": str(tmp_path / "instance"), "LOG_LEVEL": "WARNING"})
-        if store_backend is not None:
-            base["TOKEN_STORE_URL"] = store_backend
-        base.update(env or {})
+        base = gunicorn_environment(tmp_path, store_backend, env)
         server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log")
         started.append(server)
         return server.start() if run else server  # run=False: the port is known, start later
 
     yield start
     for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_gunicorn(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., Gunicorn]]:
+    """Return a starter of real gunicorn servers on SQLite that a module's tests share: one
+    server for each settings and number of workers, stopped after the module.
+
+    For tests that only send requests and read their answers, which any server of those
+    settings gives them; a test that stops its server, reads its log or needs a store of
+    its own takes ``gunicorn_server``.
+    """
+    folder = tmp_path_factory.mktemp("shared-gunicorn")
+    started: dict[tuple[tuple[tuple[str, str], ...], int], Gunicorn] = {}
+
+    def start(env: dict[str, str] | None = None, workers: int = 3) -> Gunicorn:
+        key = (tuple(sorted((env or {}).items())), workers)
+        if key not in started:
+            own = folder / str(len(started))
+            own.mkdir()
+            base = gunicorn_environment(own, None, env)
+            started[key] = Gunicorn(base, workers, own / "gunicorn.log").start()
+        return started[key]
+
+    yield start
+    for server in started.values():
         server.stop()
 
 
