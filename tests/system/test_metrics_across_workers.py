@@ -166,7 +166,8 @@ def test_metrics_off_under_gunicorn_is_a_404_and_no_files(gunicorn_server):
 
 
 #: Reloads in the reload test: each replaces both workers, and a worker's files are 2 MiB.
-RELOADS = 10
+#: Without the merge, the first reload already leaves more files than the bound allows.
+RELOADS = 4
 
 
 def worker_files_settled(server, folder: Path, old: set[int]) -> bool:
