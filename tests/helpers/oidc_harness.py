@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
-PROVIDER_DIR = Path(__file__).resolve().parent / "oidc_provider"
+PROVIDER_DIR = Path(__file__).resolve().parent.parent / "system" / "oidc_provider"
 SERVER_JS = PROVIDER_DIR / "server.js"
 INSTALL_HINT = "cd tests/system/oidc_provider && npm ci"
 
