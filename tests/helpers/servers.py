@@ -6,6 +6,7 @@ the test's own ``tmp_path``, so two workers never share a server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -121,6 +122,22 @@ class Gunicorn:
             self.log.close()
         self.listener.close()
 
+    def kill(self) -> None:
+        """Kill gunicorn and its workers at once, once its test is over and nothing of the
+        server is read any more: a graceful stop waits on gunicorn's polling loops."""
+        if self.process is not None:
+            workers = []
+            with contextlib.suppress(OSError):  # gone already: no workers to find
+                workers = self.worker_pids()
+            self.process.kill()
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.process.wait(10)
+            self.process = None
+            self.log.close()
+        self.listener.close()
+
 
 def gunicorn_environment(
     folder: Path, store_url: str | None, env: dict[str, str] | None
@@ -147,7 +164,7 @@ def gunicorn_server(tmp_path: Path, store_backend: str | None) -> Iterator[Calla
 
     yield start
     for server in started:
-        server.stop()
+        server.kill()
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +192,7 @@ def shared_gunicorn(
 
     yield start
     for server in started.values():
-        server.stop()
+        server.kill()
 
 
 def fresh(method: str, url: str, **kwargs: Any) -> requests.Response:
