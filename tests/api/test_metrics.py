@@ -16,11 +16,9 @@ from werkzeug.exceptions import TooManyRequests
 
 from app.extensions import metrics_of
 from app.observability.metrics import RuleInEnvironRequest
-from tests.helpers.metrics import parse, requests_of, scrape, value
+from tests.helpers.metrics import REVOKE_RULE, parse, requests_of, scrape, value
 from tests.helpers.tokens import bearer, login, make_token, valid_claims
 from tests.helpers.tools import ROOT
-
-REVOKE_RULE = "/token/<any_text:refresh_token>"
 
 
 def test_metrics_are_served_in_the_prometheus_text_format(client):

@@ -6,6 +6,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.observability.metrics_scrape import CONTENT_TYPE
 
+#: The endpoint label of DELETE /token/<token>: its rule, never the token.
+REVOKE_RULE = "/token/<any_text:refresh_token>"
+
 
 def parse(text: str) -> dict[tuple, float]:
     """Return {(sample name, sorted labels): value} of a Prometheus text exposition."""

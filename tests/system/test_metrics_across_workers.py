@@ -19,12 +19,10 @@ from prometheus_client.mmap_dict import MmapedDict
 from app.observability.metric_files import KINDS, RESERVED_BYTES, worker_files
 from app.observability.metrics import FLUSH_SECONDS
 from app.observability.metrics_scrape import CONTENT_TYPE
-from tests.helpers.metrics import parse, requests_of, value
+from tests.helpers.metrics import REVOKE_RULE, parse, requests_of, value
 from tests.helpers.servers import fresh, wait_until
 from tests.helpers.tokens import bearer
 from tests.helpers.tools import ROOT
-
-REVOKE_RULE = "/token/<any_text:refresh_token>"
 
 
 def metric_files(server) -> Path:
