@@ -15,6 +15,8 @@ PIP = $$(if $(BIN)/python -m pip --version >/dev/null 2>&1; then echo $(BIN)/pyt
 PIP_INSTALL = $(PIP) install --quiet --disable-pip-version-check --require-hashes
 OIDC_PROVIDER := tests/system/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
+# The markers of the tests that start real servers outside tests/system/ (the README's and
+# walk-through's runs, the stores' suites on Redis and PostgreSQL).
 SERVER_MARKERS := gunicorn or redis or postgres or nginx or oidc or disk or browser
 
 # The uv that pyproject.toml's dev extra pins, read from there rather than repeated here.
@@ -86,8 +88,8 @@ PARALLEL = $(if $(filter 1,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist workstea
 test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store
 	$(BIN)/python -m pytest $(PARALLEL)
 
-test-fast: $(INSTALLED)  ## the suite without the tests that start real servers
-	$(BIN)/python -m pytest $(PARALLEL) -m "not ($(SERVER_MARKERS))"
+test-fast: $(INSTALLED)  ## the suite without the tests that start real servers (no system kind)
+	$(BIN)/python -m pytest $(PARALLEL) -m "not system and not ($(SERVER_MARKERS))"
 
 lint: $(INSTALLED)  ## ruff (lint, format), mypy (strict on app/), the layers (lint-imports)
 	$(BIN)/ruff check .

@@ -1,4 +1,5 @@
-"""``flask tokens ...``: the operator commands, on every store backend."""
+"""``flask tokens ...``: the operator commands (on SQLite; tests/api/test_stores.py runs
+them on the other stores)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ LISTED_LINE = re.compile(r"([0-9a-f]{12})  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 
 @pytest.fixture
 def store_url(app) -> str:
-    """Return the URL of the store under test (the conftest app runs on each backend)."""
+    """Return the URL of the store under test."""
     return app.config["SETTINGS"].token_store_url
 
 
@@ -162,15 +163,11 @@ def test_revoke_token_refuses_more_than_one_line_and_revokes_nothing(runner, cli
 
 
 @pytest.fixture
-def unreachable_app(make_app, store_url, tmp_path, request):
-    if store_url.startswith("sqlite:///"):
-        url = f"sqlite:///{tmp_path}/directory.sqlite3"
-        app = make_app(TOKEN_STORE_URL=url, TOKEN_STORE_TIMEOUT="0.5")
-        (tmp_path / "directory.sqlite3").mkdir()  # after start-up, which refuses a folder
-        return app
-    server = request.getfixturevalue("redis_server")()
-    server.stop()
-    return make_app(TOKEN_STORE_URL=server.url, TOKEN_STORE_TIMEOUT="0.5")
+def unreachable_app(make_app, tmp_path):
+    url = f"sqlite:///{tmp_path}/directory.sqlite3"
+    app = make_app(TOKEN_STORE_URL=url, TOKEN_STORE_TIMEOUT="0.5")
+    (tmp_path / "directory.sqlite3").mkdir()  # after start-up, which refuses a folder
+    return app
 
 
 @pytest.mark.parametrize(

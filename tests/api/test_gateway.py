@@ -17,8 +17,8 @@ from app.auth import tokens
 from app.auth.tokens import issue_cookie_token
 from app.extensions import KEY_RING
 from app.views.gateway import cookie_identity, header_text
-from tests.api.test_openapi import assert_documented, document_of
 from tests.helpers.clock import ManualClock
+from tests.helpers.openapi import assert_documented, document_of
 from tests.helpers.tokens import bearer, login, make_token, valid_claims
 
 # The check reads no store for a Bearer token; the cookie's deny list is the store's own
@@ -243,7 +243,7 @@ def test_each_answer_gets_a_request_log_line(client, capfd):
 
 
 def test_the_metrics_count_the_check_under_its_route(client):
-    from tests.api.test_metrics import requests_of, scrape, value
+    from tests.helpers.metrics import requests_of, scrape, value
 
     user = bearer(login(client, "alice")["accessToken"])
     for query, headers in [("", user), ("", user), ("role=admin", user), ("", {})]:

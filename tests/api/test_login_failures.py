@@ -18,12 +18,9 @@ from hypothesis import strategies as st
 
 from app.auth.users import HASHER
 from app.backends.interface import SQLITE_FILE_NAME
-from app.config.parsers import ConfigError
-from app.config.settings import DEFAULT_LOGIN_FAILURE_LIMIT, Settings
 from app.views.auth import LOGIN_LIMITED_MESSAGE
-from tests.api.test_openapi import assert_documented, document_of
 from tests.helpers.clock import ManualClock
-from tests.helpers.servers import fresh
+from tests.helpers.openapi import assert_documented, document_of
 
 PASSWORD = "correct horse battery"
 #: Another hash of the same password (a new salt), made once: an Argon2id hash takes a while.
@@ -90,29 +87,6 @@ def answer(response) -> tuple:
 
 def request_lines(capfd) -> list[dict]:
     return [json.loads(line) for line in capfd.readouterr().out.splitlines() if line[:1] == "{"]
-
-
-# --- the setting ----------------------------------------------------------------------
-
-
-def test_the_default_is_10_failures_a_minute(tmp_path):
-    settings = Settings.load({"INSTANCE_PATH": str(tmp_path)})
-    assert DEFAULT_LOGIN_FAILURE_LIMIT == "10 per minute"
-    assert [(i.amount, i.get_expiry()) for i in settings.login_failure_limit] == [(10, 60)]
-
-
-@pytest.mark.parametrize(
-    ("value", "limits"), [("3 per minute; 20 per hour", [(3, 60), (20, 3600)]), ("off", [])]
-)
-def test_the_setting_reads_the_rate_limits_notation(tmp_path, value, limits):
-    settings = Settings.load({"LOGIN_FAILURE_LIMIT": value, "INSTANCE_PATH": str(tmp_path)})
-    assert [(i.amount, i.get_expiry()) for i in settings.login_failure_limit] == limits
-
-
-@pytest.mark.parametrize("value", ["lots", "0 per minute", "5 per 0 seconds"])
-def test_a_bad_value_refuses_to_start(tmp_path, value):
-    with pytest.raises(ConfigError, match="LOGIN_FAILURE_LIMIT"):
-        Settings.load({"LOGIN_FAILURE_LIMIT": value, "INSTANCE_PATH": str(tmp_path)})
 
 
 def test_without_a_user_directory_or_when_off_there_is_no_limit(make_app, limited_app):
@@ -193,7 +167,7 @@ def test_the_window_frees_when_it_ends(limited_app):
 
 
 def test_apps_sharing_the_counters_share_the_limit(limited_app):
-    """Two apps (two workers, or two hosts on one Redis), on every store backend."""
+    """Two apps (two workers, or two hosts on one store) share one count."""
     one, other = (limited_app().test_client() for _ in range(2))
     for n in range(LIMIT):
         assert log_in(one if n % 2 else other).status_code == 401
@@ -388,27 +362,3 @@ def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
     clock.advance(2)
     assert log_in(client, password=PASSWORD).status_code == 200
     assert "logins accepted again" in caplog.records[-1].getMessage()
-
-
-# --- a real multi-worker gunicorn ------------------------------------------------------
-
-
-@pytest.mark.gunicorn
-@pytest.mark.store("sqlite")
-def test_the_limit_holds_across_the_workers_of_a_host(gunicorn_server, signing_secret, users_file):
-    server = gunicorn_server(
-        {"SIGNING_SECRET": signing_secret, "USERS_FILE": str(users_file)}, workers=3
-    )
-
-    def guess(n: int) -> int:
-        body = {"username": "alice", "password": f"guess {n}"}
-        return fresh("POST", f"{server.url}/login", json=body).status_code
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        statuses = list(pool.map(guess, range(3 * LIMIT)))
-    assert statuses.count(401) == LIMIT, statuses
-    assert statuses.count(429) == 2 * LIMIT
-    right = {"username": "alice", "password": PASSWORD}
-    assert fresh("POST", f"{server.url}/login", json=right).status_code == 429
-    right["username"] = "bob"
-    assert fresh("POST", f"{server.url}/login", json=right).status_code == 200

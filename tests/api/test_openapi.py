@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +14,11 @@ from urllib.parse import urlsplit
 import jwt
 import pytest
 import requests
-from flask import Flask, Response
+from flask import Flask
 from flask.testing import FlaskClient
-from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
 import app.openapi.document
-from app.auth.keys import load_key_ring
 from app.auth.tokens import REFRESH_TOKEN_LENGTH, ROLES, issue_cookie_token
 from app.config.parsers import PROVIDER_NAME
 from app.config.settings import ALGORITHMS, MAX_BODY_BYTES
@@ -32,7 +27,13 @@ from app.extensions import KEY_RING
 from app.http.request_body import DECIMAL, MAX_FORM_FIELDS
 from app.openapi.document import OPTION_OFF, UNKNOWN_VERSION, merge_patch, service_version
 from tests.helpers.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
-from tests.helpers.servers import fresh
+from tests.helpers.openapi import (
+    assert_documented,
+    document_of,
+    documented,
+    validator,
+    variables_blanked,
+)
 from tests.helpers.tokens import bearer, login
 from tests.helpers.tools import ROOT
 
@@ -55,23 +56,11 @@ CONTRACT = {
 }
 FORM = "application/x-www-form-urlencoded"
 DOCUMENT_FILE = ROOT / "app" / "openapi" / "openapi.json"
-HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-
-
-def document_of(client: FlaskClient) -> dict[str, Any]:
-    response = client.get("/openapi.json")
-    assert response.status_code == 200
-    return response.get_json()
 
 
 @pytest.fixture
 def document(client: FlaskClient) -> dict[str, Any]:
     return document_of(client)
-
-
-def variables_blanked(path: str) -> str:
-    """Return a path with each variable, Flask's ``<...>`` or OpenAPI's ``{...}``, as ``{}``."""
-    return re.sub(r"<[^>]*>|\{[^}]*\}", "{}", path)
 
 
 def routed(app: Flask) -> set[tuple[str, str]]:
@@ -82,60 +71,6 @@ def routed(app: Flask) -> set[tuple[str, str]]:
         for method in rule.methods or ()
         if method != "OPTIONS"  # PROVIDE_AUTOMATIC_OPTIONS is off: no route serves it
     }
-
-
-def documented(document: dict[str, Any]) -> set[tuple[str, str]]:
-    return {
-        (variables_blanked(path), method)
-        for path, item in document["paths"].items()
-        for method in item
-        if method in HTTP_METHODS
-    }
-
-
-def resolved(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    """Follow a ``$ref`` to a component (one level, as the document uses them)."""
-    reference = node.get("$ref")
-    if reference is None:
-        return node
-    kind, name = reference.removeprefix("#/components/").split("/")
-    return document["components"][kind][name]
-
-
-def validator(document: dict[str, Any], schema: dict[str, Any]) -> OAS31Validator:
-    """Return a validator of ``schema`` whose ``#/components/...`` references resolve."""
-    return OAS31Validator({**schema, "components": document["components"]})
-
-
-def assert_documented(
-    document: dict[str, Any], method: str, path: str, response: Response
-) -> dict[str, Any]:
-    """Assert that a real answer is one the document lists: status, media type, body, headers."""
-    operation = document["paths"][path][method]
-    responses = operation["responses"]
-    status = str(response.status_code)
-    assert status in responses, f"{method.upper()} {path}: {status} is not documented"
-    declared = resolved(document, responses[status])
-    content = declared.get("content")
-    if content is None:
-        assert response.data == b""
-        assert "Content-Type" not in response.headers
-    else:
-        assert response.content_type in content, (response.content_type, list(content))
-        schema = content[response.content_type]["schema"]
-        body = response.get_json() if response.is_json else response.get_data(as_text=True)
-        if method != "head":  # the test client keeps a HEAD's body, which servers drop
-            validator(document, schema).validate(body)
-    for name, header in declared.get("headers", {}).items():
-        header = resolved(document, header)
-        value = response.headers.get(name)
-        assert value is not None or not header.get("required"), f"{name} is missing"
-        if value is not None:
-            schema = header["schema"]
-            validator(document, schema).validate(
-                int(value) if schema.get("type") == "integer" else value
-            )
-    return declared
 
 
 def test_document_is_valid_openapi_3_1(document):
@@ -585,49 +520,6 @@ def test_cookie_user_answer_matches_the_document(client, document, app):
     response = client.get("/api/v1/me")
     assert response.get_json() == user
     assert_documented(document, "get", "/api/v1/me", response)
-
-
-# --- schemathesis against a real gunicorn -------------------------------------------
-
-SCHEMATHESIS_CONFIG = ROOT / "tests" / "schemathesis.toml"
-#: Bound of one run; it takes about 90 s on a loaded 2-core machine.
-SCHEMATHESIS_TIMEOUT = 360
-
-
-@pytest.mark.gunicorn
-@pytest.mark.store("sqlite")  # once: the Redis store's answers are its own suites' to check
-def test_schemathesis_finds_nothing_against_a_real_gunicorn(
-    gunicorn_server, signing_secret, tmp_path
-):
-    lifetime = 3600  # longer than the run: every case carries a valid token
-    server = gunicorn_server(
-        {"SIGNING_SECRET": signing_secret, "ACCESS_TOKEN_LIFETIME": str(lifetime)}
-    )
-    admin = fresh("POST", f"{server.url}/login", json={"username": "admin"}).json()
-    user = {"source": "corp", "id": "248289761001", "shownName": "Alice Smith"}
-    env = {
-        **{key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}},
-        "API_ACCESS_TOKEN": admin["accessToken"],
-        "API_COOKIE_TOKEN": issue_cookie_token(user, load_key_ring(signing_secret), lifetime),
-    }
-    operations = len(documented(fresh("GET", f"{server.url}/openapi.json").json()))
-    command = [
-        sys.executable, "-m", "schemathesis.cli", "--config-file", str(SCHEMATHESIS_CONFIG),
-        "run", f"{server.url}/openapi.json", "--checks", "all", "--no-color",
-    ]  # fmt: skip
-    result = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SCHEMATHESIS_TIMEOUT,
-        check=False,
-    )
-    report = result.stdout[-20_000:] + result.stderr[-5_000:]
-    assert result.returncode == 0, report
-    # every operation but GET /openapi.json, which schemathesis reads rather than tests
-    assert f"Tested: {operations - 1}" in result.stdout, report
 
 
 @pytest.mark.parametrize("algorithm", ["HS256", "EdDSA", "ES256"])

@@ -1,35 +1,15 @@
-"""The @requires_roles decorator on its own: 401 first, then 403, admin passes user."""
+"""The @requires_roles decorator on a route: 401 first, then 403, admin passes user (the
+rule alone is tests/unit/test_roles.py's)."""
 
 from __future__ import annotations
 
 import pytest
 from flask import g, jsonify
 
-from app.http.guards import requires_roles, role_allows
+from app.http.guards import requires_roles
 from tests.helpers.tokens import bearer, login
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA")
-
-
-@pytest.mark.parametrize(
-    ("role", "required", "allowed"),
-    [
-        ("user", (), True),
-        ("admin", (), True),
-        ("user", ("user",), True),
-        ("admin", ("user",), True),
-        ("user", ("admin",), False),
-        ("admin", ("admin",), True),
-        ("user", ("admin", "user"), True),
-    ],
-)
-def test_role_rule(role, required, allowed):
-    assert role_allows(role, required) is allowed
-
-
-def test_unknown_role_is_refused_when_decorating():
-    with pytest.raises(ValueError, match="unknown roles"):
-        requires_roles("superuser")
 
 
 @pytest.fixture

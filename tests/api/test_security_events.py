@@ -10,7 +10,6 @@ import pytest
 from flask import Flask, redirect
 
 from app.observability.logging_config import JsonFormatter, TextFormatter
-from tests.helpers.servers import fresh
 from tests.helpers.tokens import bearer, login
 
 TOKEN = "C2NdWrW9MdQ6ksKauArabZPBsTCUyExCV07XsHmBis"
@@ -74,19 +73,6 @@ def test_token_answers_keep_no_store_and_no_cache(make_app):
     for answer in answers:
         assert answer.headers["Cache-Control"] == "no-store"
         assert answer.headers["Pragma"] == "no-cache"
-
-
-@pytest.mark.gunicorn
-def test_gunicorn_answers_say_nosniff(gunicorn_server):
-    server = gunicorn_server(workers=2)
-    for method, path, status in [
-        ("GET", "/healthz", 200),
-        ("GET", "/x", 404),
-        ("PUT", "/login", 405),
-    ]:
-        response = fresh(method, f"{server.url}{path}")
-        assert response.status_code == status
-        assert response.headers["X-Content-Type-Options"] == "nosniff"
 
 
 # --- security events: the request's own line -----------------------------------------

@@ -18,11 +18,11 @@ from argon2 import PasswordHasher, extract_parameters
 
 from app.auth.users import HASHER, UserDirectory, change_users
 from app.config.parsers import ConfigError
-from tests.api.test_openapi import assert_documented, document_of
+from tests.helpers.apps import load_settings
 from tests.helpers.clock import ManualClock
-from tests.helpers.servers import fresh, wait_until
+from tests.helpers.openapi import assert_documented, document_of
 from tests.helpers.tools import ROOT
-from tests.unit.test_config import load_settings
+from tests.helpers.users import write_users
 
 pytestmark = pytest.mark.store("sqlite")  # the directory does not depend on the token store
 
@@ -36,10 +36,6 @@ def users_file(tmp_path) -> Path:
     folder = tmp_path / "users"
     folder.mkdir()
     return folder / "users.json"
-
-
-def write_users(path: Path, hasher: PasswordHasher = HASHER, **passwords: str) -> None:
-    path.write_text(json.dumps({name: hasher.hash(pw) for name, pw in passwords.items()}))
 
 
 @pytest.fixture
@@ -681,56 +677,3 @@ def test_the_document_lists_the_401_and_the_password_with_a_directory(directory_
     open_document = document_of(make_app().test_client())
     assert "401" not in open_document["paths"]["/login"]["post"]["responses"]
     assert open_document["components"]["schemas"]["LoginRequest"]["required"] == ["username"]
-
-
-# --- real servers ---------------------------------------------------------------------
-
-
-def warnings_about_users_file(server) -> list[str]:
-    return [
-        line for line in server.log_path.read_text().splitlines() if "USERS_FILE is not set" in line
-    ]
-
-
-@pytest.mark.gunicorn
-def test_gunicorn_warns_once_per_start_without_a_directory(gunicorn_server, signing_secret):
-    server = gunicorn_server({"SIGNING_SECRET": signing_secret}, workers=3)
-    (line,) = warnings_about_users_file(server)
-    assert json.loads(line)["level"] == "WARNING"
-
-
-@pytest.mark.gunicorn
-def test_a_running_gunicorn_reads_the_file_again_after_flask_users(
-    gunicorn_server, signing_secret, users_file, tmp_path
-):
-    write_users(users_file, alice=PASSWORD)
-    env = {"SIGNING_SECRET": signing_secret, "USERS_FILE": str(users_file)}
-    server = gunicorn_server(env, workers=2)
-    assert warnings_about_users_file(server) == []
-
-    def status(username: str, password: str) -> int:
-        body = {"username": username, "password": password}
-        return fresh("POST", f"{server.url}/login", json=body).status_code
-
-    assert status("alice", PASSWORD) == 200
-    assert status("bob", "bobs password") == 401
-    flask = {
-        "PATH": os.environ["PATH"],
-        "USERS_FILE": str(users_file),
-        "INSTANCE_PATH": str(tmp_path / "instance"),
-        "FLASK_APP": "wsgi",
-    }
-    for args, stdin in [(["add", "bob"], "bobs password\n"), (["remove", "alice"], "")]:
-        subprocess.run(
-            [sys.executable, "-m", "flask", "users", *args],
-            cwd=ROOT,
-            env=flask,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-    # every worker, on a new connection each time: within about a second, no restart
-    wait_until(lambda: all(status("bob", "bobs password") == 200 for _ in range(4)), 10, "bob")
-    wait_until(lambda: all(status("alice", PASSWORD) == 401 for _ in range(4)), 10, "alice gone")

@@ -6,6 +6,7 @@ the test's own ``tmp_path``, so two workers never share a server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -121,6 +122,34 @@ class Gunicorn:
             self.log.close()
         self.listener.close()
 
+    def kill(self) -> None:
+        """Kill gunicorn and its workers at once, once its test is over and nothing of the
+        server is read any more: a graceful stop waits on gunicorn's polling loops."""
+        if self.process is not None:
+            workers = []
+            with contextlib.suppress(OSError):  # gone already: no workers to find
+                workers = self.worker_pids()
+            self.process.kill()
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.process.wait(10)
+            self.process = None
+            self.log.close()
+        self.listener.close()
+
+
+def gunicorn_environment(
+    folder: Path, store_url: str | None, env: dict[str, str] | None
+) -> dict[str, str]:
+    """Return the environment of a test's gunicorn: its instance in ``folder``, ``env`` on top."""
+    base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
+    base.update({"INSTANCE_PATH": str(folder / "instance"), "LOG_LEVEL": "WARNING"})
+    if store_url is not None:
+        base["TOKEN_STORE_URL"] = store_url
+    base.update(env or {})
+    return base
+
 
 @pytest.fixture
 def gunicorn_server(tmp_path: Path, store_backend: str | None) -> Iterator[Callable[..., Gunicorn]]:
@@ -128,18 +157,42 @@ def gunicorn_server(tmp_path: Path, store_backend: str | None) -> Iterator[Calla
     started: list[Gunicorn] = []
 
     def start(env: dict[str, str] | None = None, workers: int = 3, *, run: bool = True) -> Gunicorn:
-        base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}}
-        base.update({"INSTANCE_PATH": str(tmp_path / "instance"), "LOG_LEVEL": "WARNING"})
-        if store_backend is not None:
-            base["TOKEN_STORE_URL"] = store_backend
-        base.update(env or {})
+        base = gunicorn_environment(tmp_path, store_backend, env)
         server = Gunicorn(base, workers, tmp_path / f"gunicorn-{len(started)}.log")
         started.append(server)
         return server.start() if run else server  # run=False: the port is known, start later
 
     yield start
     for server in started:
-        server.stop()
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_gunicorn(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., Gunicorn]]:
+    """Return a starter of real gunicorn servers on SQLite that a module's tests share: one
+    server for each settings and number of workers, stopped after the module.
+
+    For tests that only send requests and read their answers, which any server of those
+    settings gives them; a test that stops its server, reads its log or needs a store of
+    its own takes ``gunicorn_server``.
+    """
+    folder = tmp_path_factory.mktemp("shared-gunicorn")
+    started: dict[tuple[tuple[tuple[str, str], ...], int], Gunicorn] = {}
+
+    def start(env: dict[str, str] | None = None, workers: int = 3) -> Gunicorn:
+        key = (tuple(sorted((env or {}).items())), workers)
+        if key not in started:
+            own = folder / str(len(started))
+            own.mkdir()
+            base = gunicorn_environment(own, None, env)
+            started[key] = Gunicorn(base, workers, own / "gunicorn.log").start()
+        return started[key]
+
+    yield start
+    for server in started.values():
+        server.kill()
 
 
 def fresh(method: str, url: str, **kwargs: Any) -> requests.Response:

@@ -16,6 +16,7 @@ import requests
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.instance import prepare_instance
+from tests.helpers.docs import marked_block
 from tests.helpers.oidc_harness import node_unavailable_reason, walk_login
 from tests.helpers.servers import free_port, stop_process, wait_until
 from tests.helpers.tools import ROOT, require_tool, which
@@ -30,12 +31,6 @@ WALKTHROUGH = ROOT / "scripts" / "walkthrough.sh"
 EXAMPLE_ENV = ROOT / "deploy" / "token-service.env.example"
 #: Variables a shell block may use without setting them: the shell's own.
 SHELL_VARIABLES = {"HOME", "PATH", "PWD"}
-
-
-def marked_block(text: str, name: str) -> str:
-    match = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", text, re.S)
-    assert match, f"no {name} block"
-    return match.group(1)
 
 
 def shell_blocks(text: str) -> list[str]:

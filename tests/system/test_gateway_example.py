@@ -20,10 +20,10 @@ from werkzeug.serving import make_server
 
 from app.auth.key_files import create_private_file, new_private_key_pem
 from app.auth.keys import load_key_ring
+from tests.helpers.docs import marked_block
 from tests.helpers.servers import Gunicorn, fresh, stop_process
 from tests.helpers.tokens import unsigned_token
 from tests.helpers.tools import ROOT, require_tool, which
-from tests.meta.test_readme import marked_block
 
 pytestmark = [pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
+from tests.helpers.nginx import nginx_binary, site_config
 from tests.helpers.servers import Gunicorn, free_port, fresh, stop_process, wait_until
 from tests.helpers.tools import ROOT, require_tool
-from tests.system.test_nginx import nginx_binary, site_config
 
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
 

@@ -113,15 +113,15 @@ def test_request_log_never_shows_a_refresh_token_or_bearer_token(gunicorn_server
     assert tokens["accessToken"] not in log
 
 
-def test_oversized_header_is_a_4xx_not_a_5xx(gunicorn_server):
-    server = gunicorn_server(workers=2)
+def test_oversized_header_is_a_4xx_not_a_5xx(shared_gunicorn):
+    server = shared_gunicorn(workers=2)
     headers = {"Authorization": "Bearer " + "a" * 20000}
     response = fresh("GET", f"{server.url}/user-accessible", headers=headers)
     assert 400 <= response.status_code < 500
 
 
-def test_bad_input_over_the_wire_is_json(gunicorn_server):
-    server = gunicorn_server(workers=2)
+def test_bad_input_over_the_wire_is_json(shared_gunicorn):
+    server = shared_gunicorn(workers=2)
     response = fresh(
         "POST", f"{server.url}/login", data="{", headers={"Content-Type": "application/json"}
     )
@@ -156,8 +156,8 @@ def chunked_login(port: int, chunks: list[bytes], content_type: bytes) -> bytes:
     )
 
 
-def test_chunked_body_over_the_limit_is_413_over_the_wire(gunicorn_server):
-    server = gunicorn_server(workers=1)
+def test_chunked_body_over_the_limit_is_413_over_the_wire(shared_gunicorn):
+    server = shared_gunicorn(workers=1)
     chunks = [b"x=" + b"a" * 16367, b"&username=administrator"]
     answer = chunked_login(server.port, chunks, b"application/x-www-form-urlencoded")
     assert answer.startswith(b"HTTP/1.1 413 ")
@@ -197,9 +197,9 @@ def test_logs_never_show_a_refresh_token_however_spelled(gunicorn_server):
     assert token not in log
 
 
-def test_connections_stay_open_between_requests(gunicorn_server):
+def test_connections_stay_open_between_requests(shared_gunicorn):
     # gthread workers with keepalive: nginx's upstream keepalive (and any client) reuses them
-    server = gunicorn_server(workers=2)
+    server = shared_gunicorn(workers=2)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
         for _ in range(3):
             connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")

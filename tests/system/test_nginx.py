@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import random
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +16,13 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import requests
 
+from tests.helpers.nginx import SITE, nginx_binary, site_config
 from tests.helpers.servers import Gunicorn, free_port, stop_process, wait_until
-from tests.helpers.tools import ROOT, require_tool
+from tests.helpers.tools import require_tool
 
 # The proxy and its limits do not depend on the token store: one backend is enough.
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
-SITE = ROOT / "deploy" / "nginx" / "token-service.conf"
 #: The address nginx connects to gunicorn from: the one proxy the service trusts.
 NGINX_ADDRESS = "127.0.0.1/32"
 #: A loopback address other than 127.0.0.1, so the client is told apart from the proxy.
@@ -47,29 +45,6 @@ class Proxy:
     port: int
     access_log: Path
     backend: Gunicorn
-
-
-def nginx_binary() -> str | None:
-    return shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-
-
-def site_config(
-    nginx_port: int, backend_port: int, access_log: Path, metrics_network: str | None = None
-) -> str:
-    """Return the shipped site config with this test's ports, log file and metrics network."""
-    text = SITE.read_text()
-    replacements = [
-        ("listen 80;", f"listen 127.0.0.1:{nginx_port};"),
-        ("server 127.0.0.1:8080;", f"server 127.0.0.1:{backend_port};"),
-        ("/var/log/nginx/token-service.access.log", str(access_log)),
-        ("/var/log/nginx/error.log", str(access_log.parent / "error.log")),
-    ]
-    if metrics_network is not None:
-        replacements.append(("allow 127.0.0.0/8;", f"allow {metrics_network};"))
-    for old, new in replacements:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    return text
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from tests.helpers.oidc_harness import (
     start_provider,
     walk_login,
 )
-from tests.helpers.servers import free_port
+from tests.helpers.servers import Gunicorn, free_port, gunicorn_environment
 from tests.helpers.tools import require_tool
 
 # The third-party login touches no refresh-token store: one backend is enough.
@@ -46,6 +46,7 @@ class Browser(requests.Session):
 class Deployment:
     app_url: str
     issuer: str
+    signing_secret: str
 
     def url(self, path: str) -> str:
         return self.app_url + path
@@ -56,15 +57,19 @@ def require_provider() -> None:
     require_tool(reason is None, "node and the oidc-provider package", str(reason))
 
 
-@pytest.fixture
-def deployment(request, gunicorn_server, signing_secret) -> Iterator[Deployment]:
-    """A provider that knows our callback, and gunicorn configured for that provider.
+@pytest.fixture(scope="module")
+def deployment(request, tmp_path_factory) -> Iterator[Deployment]:
+    """A provider that knows our callback, and gunicorn configured for that provider: one
+    pair for the module's tests, each of which logs in with a browser of its own.
 
     The provider runs on its defaults (profile claims at userinfo only), unless
     the test is parametrized with ``"id_token"`` (one of PROFILE_PLACES).
     """
     require_provider()
-    server = gunicorn_server(workers=2, run=False)  # its port is bound, so known, already
+    folder = tmp_path_factory.mktemp("oidc-deployment")
+    signing_secret = secrets.token_urlsafe(48)
+    # its port is bound, so known, already: the provider is told the callback first
+    server = Gunicorn(gunicorn_environment(folder, None, None), 2, folder / "gunicorn.log")
     callback = f"{server.url}/auth/local/callback"
     provider = start_provider(
         free_port(),
@@ -87,8 +92,9 @@ def deployment(request, gunicorn_server, signing_secret) -> Iterator[Deployment]
             }
         )
         server.start()
-        yield Deployment(server.url, provider.issuer)
+        yield Deployment(server.url, provider.issuer, signing_secret)
     finally:
+        server.kill()
         provider.stop()
 
 
@@ -155,7 +161,7 @@ def code_flow_tokens(browser: Browser, issuer: str, callback: str) -> dict:
 
 
 @pytest.mark.parametrize("deployment", PROFILE_PLACES, indirect=True)
-def test_browser_login_sets_the_cookie_that_me_reads(deployment, signing_secret):
+def test_browser_login_sets_the_cookie_that_me_reads(deployment):
     browser = Browser()
     authorize_url = start_login(browser, deployment)
     query = parse_qs(urlsplit(authorize_url).query)
@@ -183,7 +189,10 @@ def test_browser_login_sets_the_cookie_that_me_reads(deployment, signing_secret)
 
     cookie_token = browser.cookies.get("jwt")
     claims = jwt.decode(
-        cookie_token, signing_secret, algorithms=["HS256"], options={"verify_sub": False}
+        cookie_token,
+        deployment.signing_secret,
+        algorithms=["HS256"],
+        options={"verify_sub": False},
     )
     assert claims["sub"] == {"source": "local", "id": "alice", "shownName": "Alice Example"}
     assert before + LIFETIME <= claims["exp"] <= int(time.time()) + LIFETIME

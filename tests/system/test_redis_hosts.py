@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.helpers.servers import fresh
+from tests.helpers.redis_server import INSTALL_HINT, RedisServer, redis_server_available
+from tests.helpers.servers import Gunicorn, fresh, gunicorn_environment
+from tests.helpers.tools import require_tool
 
 pytestmark = [pytest.mark.redis, pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
 USERS = 40
 
 
-@pytest.fixture
-def hosts(gunicorn_server, redis_server, signing_secret, tmp_path):
-    redis = redis_server()
-    shared = {"SIGNING_SECRET": signing_secret, "TOKEN_STORE_URL": redis.url}
-    host_a = gunicorn_server({**shared, "INSTANCE_PATH": str(tmp_path / "host-a")}, workers=2)
-    host_b = gunicorn_server({**shared, "INSTANCE_PATH": str(tmp_path / "host-b")}, workers=2)
-    assert host_a.port != host_b.port
-    return host_a, host_b
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory) -> Iterator[tuple[Gunicorn, Gunicorn]]:
+    """Two hosts on one Redis, for the module's tests: each uses usernames of its own."""
+    require_tool(redis_server_available(), "redis-server", INSTALL_HINT)
+    folder = tmp_path_factory.mktemp("redis-hosts")
+    redis = RedisServer(folder / "redis").start()
+    shared = {"SIGNING_SECRET": secrets.token_urlsafe(48), "TOKEN_STORE_URL": redis.url}
+    started: list[Gunicorn] = []
+    try:
+        for name in ("host-a", "host-b"):
+            environment = gunicorn_environment(folder / name, None, shared)
+            started.append(Gunicorn(environment, 2, folder / f"{name}.log").start())
+        host_a, host_b = started
+        assert host_a.port != host_b.port
+        yield host_a, host_b
+    finally:
+        for server in started:
+            server.kill()
+        redis.stop()
 
 
 def test_a_refresh_token_from_host_a_refreshes_on_host_b(hosts):

@@ -170,8 +170,8 @@ def test_every_script_passes_in_a_realistic_session(gunicorn_server, tmp_path):
         ("me.sh", {"AUTH_COOKIE": COOKIE}, 'expected 200, got 401 text/plain "Unauthorized"'),
     ],
 )
-def test_an_answer_other_than_the_expected_one_fails(gunicorn_server, script, inputs, reason):
-    server = gunicorn_server(workers=1)
+def test_an_answer_other_than_the_expected_one_fails(shared_gunicorn, script, inputs, reason):
+    server = shared_gunicorn(workers=1)  # each case logs in its own tokens
     login = run("login.sh", "alice", base_url=server.url)
     tokens = json.loads(login.stdout)
     env = {

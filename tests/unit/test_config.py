@@ -16,22 +16,14 @@ from hypothesis import strategies as st
 
 import app.config.settings
 from app import create_app
-from app.auth.keys import settings_key_ring
 from app.config.names import edits
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.instance import load_or_create_secret, prepare_instance
+from tests.helpers.apps import load_settings
 from tests.helpers.servers import free_port
 from tests.helpers.tokens import login
 from tests.helpers.tools import ROOT
-
-
-def load_settings(overrides=None, environ=None) -> Settings:
-    """Return the settings as create_app has them: read, their instance files made and
-    checked, and every signing key loaded once."""
-    settings = prepare_instance(Settings.load(overrides, environ))
-    settings_key_ring(settings)
-    return settings
 
 
 def test_defaults(monkeypatch, tmp_path):

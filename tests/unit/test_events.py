@@ -10,7 +10,7 @@ from pathlib import Path
 from app.auth.users import HASHER
 from app.events import AUTH_FAILURE_REASONS, LIMIT_REASONS, Event, Reason
 from app.observability.metrics import TOKEN_EVENT_OF, TOKEN_EVENTS, Metrics
-from tests.api.test_metrics import parse
+from tests.helpers.metrics import parse
 from tests.helpers.tokens import bearer, login
 from tests.helpers.tools import ROOT
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import secrets
@@ -25,7 +24,7 @@ from app.auth.tokens import (
 )
 from app.config.usernames import USERNAME_PATTERN, token_username_problem
 from tests.helpers.clock import ManualClock
-from tests.helpers.tokens import make_token, valid_claims
+from tests.helpers.tokens import header_text, make_token, segment, sign_texts, valid_claims
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
 
@@ -197,33 +196,6 @@ def test_remembered_refusals_are_bounded(keys):
 
 
 # --- one spelling per token: no base64 padding, no member named twice ----------------
-
-
-def segment(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
-
-
-def padded(part: str) -> str:
-    return part + "=" * (-len(part) % 4)
-
-
-def sign_texts(key, header: str, payload: str, pad: str = "") -> str:
-    """Return a token of exactly these JSON texts, signed with ``key`` (the app's own).
-
-    ``pad`` names the segments ("h", "p", "s") written with base64 padding; the
-    signature covers the segments as written, so only the padding is wrong.
-    """
-    head, body = segment(header), segment(payload)
-    head, body = (padded(head) if "h" in pad else head), (padded(body) if "p" in pad else body)
-    signing_input = f"{head}.{body}"
-    signature = base64.urlsafe_b64encode(key.signer.sign(signing_input.encode(), key.signing_key))
-    signature_text = signature.decode() if "s" in pad else signature.rstrip(b"=").decode()
-    return f"{signing_input}.{signature_text}"
-
-
-def header_text(key, **extra: str) -> str:
-    members = {"alg": key.algorithm, "kid": key.kid, "typ": "JWT", **extra}
-    return json.dumps(members, separators=(",", ":"))
 
 
 def payload_text(**changes) -> str:

@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from tests.helpers.tokens import bearer, login
-from tests.unit.test_tokens import header_text, sign_texts
+from tests.helpers.tokens import bearer, header_text, login, sign_texts
 
 pytestmark = [pytest.mark.signing_algorithms("HS256", "EdDSA"), pytest.mark.store("sqlite")]
 
