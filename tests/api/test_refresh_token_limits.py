@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.backends.interface import token_digest
-from tests.backends.test_rotation import assert_unauthorized, refresh, rotated
 from tests.helpers.clock import ManualClock
-from tests.helpers.tokens import login
+from tests.helpers.tokens import assert_unauthorized, login, refresh, rotated
 
 
 def app_on_a_clock(make_app, **settings: str):

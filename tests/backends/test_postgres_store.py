@@ -30,10 +30,9 @@ from app.backends.interface import (
 from app.backends.postgres.process import handing_over
 from app.backends.postgres.schema import SCHEMA_VERSION, read_sql
 from app.config.parsers import ConfigError
-from tests.backends.test_store import OPERATIONS
 from tests.helpers.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
 from tests.helpers.servers import free_port, wait_until
-from tests.helpers.stores import open_store
+from tests.helpers.stores import OPERATIONS, open_store
 from tests.helpers.tools import require_tool
 
 pytestmark = pytest.mark.postgres

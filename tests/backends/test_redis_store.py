@@ -20,10 +20,9 @@ from app.backends.interface import (
     token_digest,
 )
 from app.config.parsers import ConfigError
-from tests.backends.test_store import OPERATIONS
 from tests.helpers.clock import ManualClock
 from tests.helpers.servers import free_port, wait_until
-from tests.helpers.stores import open_store
+from tests.helpers.stores import OPERATIONS, open_store
 from tests.helpers.tools import require_tool, which
 
 pytestmark = pytest.mark.redis

@@ -13,31 +13,11 @@ import jwt
 import pytest
 
 from app.backends.interface import RETIRED_GENERATIONS_KEPT, token_digest
-from app.config.settings import SQLITE_FILE_NAME
 from tests.helpers.clock import ManualClock
-from tests.helpers.servers import fresh
-from tests.helpers.stores import open_store
-from tests.helpers.tokens import login
+from tests.helpers.tokens import assert_unauthorized, login, refresh, rotated
 
 REFRESH_TOKEN = re.compile(r"[A-Za-z0-9]{42}")
 CONCURRENT = 8
-
-
-def refresh(client, refresh_token: str, username: str = "alice"):
-    return client.post("/token", json={"username": username, "refreshToken": refresh_token})
-
-
-def assert_unauthorized(response) -> None:
-    assert response.status_code == 401
-    assert response.mimetype == "text/plain"
-    assert response.data == b"Unauthorized"
-
-
-def rotated(client, refresh_token: str, username: str = "alice") -> str:
-    """Refresh with ``refresh_token`` and return the successor it answers."""
-    response = refresh(client, refresh_token, username)
-    assert response.status_code == 200, response.data
-    return response.get_json()["refreshToken"]
 
 
 @pytest.fixture
@@ -309,35 +289,3 @@ def test_of_concurrent_refreshes_with_one_token_exactly_one_rotates(make_app, gr
     else:
         assert Counter(status for status, _ in answers) == {200: CONCURRENT}
         assert len(live) == 1  # each retry replaced the unused successor
-
-
-@pytest.mark.gunicorn
-@pytest.mark.parametrize("grace", ["0", "10"])
-def test_of_concurrent_refreshes_on_gunicorn_workers_exactly_one_rotates(
-    gunicorn_server, store_backend, tmp_path, grace
-):
-    server = gunicorn_server(
-        {"REFRESH_TOKEN_ROTATION": "true", "REFRESH_TOKEN_REUSE_GRACE": grace}, workers=4
-    )
-    token = fresh("POST", f"{server.url}/login", json={"username": "alice"}).json()["refreshToken"]
-    start = threading.Barrier(CONCURRENT, timeout=30)
-
-    def refresh_at_once(_: int):
-        start.wait()
-        body = {"username": "alice", "refreshToken": token}
-        response = fresh("POST", f"{server.url}/token", json=body)
-        return response.status_code, response.json().get("refreshToken") if response.ok else None
-
-    with ThreadPoolExecutor(CONCURRENT) as pool:
-        answers = list(pool.map(refresh_at_once, range(CONCURRENT)))
-    store = open_store(
-        store_backend or f"sqlite:///{tmp_path / 'instance' / SQLITE_FILE_NAME}", timeout=2
-    )
-    live = [new for status, new in answers if new and store.owner_of(new)]
-    store.close()
-    if grace == "0":
-        assert Counter(status for status, _ in answers) == {200: 1, 401: CONCURRENT - 1}
-        assert live == []
-    else:
-        assert Counter(status for status, _ in answers) == {200: CONCURRENT}
-        assert len(live) == 1

@@ -70,7 +70,7 @@ from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from tests.helpers.clock import ManualClock
 from tests.helpers.servers import free_port
-from tests.helpers.stores import open_store, stored_contents
+from tests.helpers.stores import OPERATIONS, open_store, stored_contents
 
 #: Usernames that a key or a column could confuse with one another, or mangle.
 TRICKY_USERNAMES = ["a", "a:b", "b", "a:", ":a", "rt:user:a", "Zoë 山田", "a b", "A", "%s", "🔑"]
@@ -1040,22 +1040,6 @@ def unreachable_store_url(store_url: str, tmp_path, request) -> str:
     server = request.getfixturevalue("redis_server")()
     server.stop()  # a port where nothing listens any more
     return server.url
-
-
-OPERATIONS = {
-    "issue": lambda store: store.issue(new_refresh_token(), "alice"),
-    "owner_of": lambda store: store.owner_of(new_refresh_token()),
-    "revoke": lambda store: store.revoke(new_refresh_token()),
-    "tokens_of": lambda store: store.tokens_of("alice"),
-    "revoke_all": lambda store: store.revoke_all("alice"),
-    "revoke_digest": lambda store: store.revoke_digest("abcdef12"),
-    "count": lambda store: store.count(),
-    "ping": lambda store: store.ping(),
-    "rotate": lambda store: store.rotate(new_refresh_token(), new_refresh_token(), "alice"),
-    "purge_expired": lambda store: store.purge_expired(),
-    "deny": lambda store: store.deny("f" * 64, time.time() + 60),
-    "is_denied": lambda store: store.is_denied("f" * 64),
-}
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.auth.tokens import new_refresh_token
 from app.backends import backend_at
 from app.backends.interface import RefreshTokenStore
 from app.backends.postgres.store import PostgresTokenStore
@@ -242,3 +244,20 @@ def stored_contents(store: RefreshTokenStore) -> str:
             value = client.dump(key)
         parts.append(f"{key} {kind} {value}")
     return "\n".join(parts)
+
+
+#: One call of each store operation, for the tests of a store that cannot answer.
+OPERATIONS = {
+    "issue": lambda store: store.issue(new_refresh_token(), "alice"),
+    "owner_of": lambda store: store.owner_of(new_refresh_token()),
+    "revoke": lambda store: store.revoke(new_refresh_token()),
+    "tokens_of": lambda store: store.tokens_of("alice"),
+    "revoke_all": lambda store: store.revoke_all("alice"),
+    "revoke_digest": lambda store: store.revoke_digest("abcdef12"),
+    "count": lambda store: store.count(),
+    "ping": lambda store: store.ping(),
+    "rotate": lambda store: store.rotate(new_refresh_token(), new_refresh_token(), "alice"),
+    "purge_expired": lambda store: store.purge_expired(),
+    "deny": lambda store: store.deny("f" * 64, time.time() + 60),
+    "is_denied": lambda store: store.is_denied("f" * 64),
+}

@@ -122,3 +122,22 @@ TOKEN_SPELLINGS = [
     "/token//{t}",
     "/token/{t}?x=1",
 ]
+
+
+def refresh(client: Any, refresh_token: str, username: str = "alice") -> Any:
+    """Answer POST /token with ``refresh_token`` through the test ``client``."""
+    return client.post("/token", json={"username": username, "refreshToken": refresh_token})
+
+
+def assert_unauthorized(response: Any) -> None:
+    """Check that ``response`` is the 401 of SPEC.md: text/plain ``Unauthorized``."""
+    assert response.status_code == 401
+    assert response.mimetype == "text/plain"
+    assert response.data == b"Unauthorized"
+
+
+def rotated(client: Any, refresh_token: str, username: str = "alice") -> str:
+    """Refresh with ``refresh_token`` and return the successor it answers."""
+    response = refresh(client, refresh_token, username)
+    assert response.status_code == 200, response.data
+    return response.get_json()["refreshToken"]
