@@ -29,11 +29,10 @@ from typing import IO, Any
 
 from bench import clients
 from bench.scenarios import REQUESTS, SERVICE, UPSTREAM_ANSWER, App
+from tests.helpers.servers import base_environment, free_port, listening_socket
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy" / "nginx"
-#: What every server inherits from the bench's environment; nothing else (no settings).
-INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
 APPLICATIONS = {
     "service": "wsgi:app",
     "floor": "bench.request_line:logged('bench.floor_app')",
@@ -68,17 +67,6 @@ server {{
 }}
 """
 CHECK = f"auth_request /_token_service/check; include {DEPLOY}/gateway-identity.conf;"
-
-
-def base_environment() -> dict[str, str]:
-    """Return the environment a server starts from: none of the caller's settings."""
-    return {name: os.environ[name] for name in INHERITED if name in os.environ}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def children(pid: int) -> list[int]:
@@ -142,7 +130,7 @@ class Gunicorn:
     application: str
     env: dict[str, str]
     log_path: Path
-    listener: socket.socket = field(default_factory=lambda: _listening_socket())
+    listener: socket.socket = field(default_factory=lambda: listening_socket(backlog=2048))
     process: subprocess.Popen | None = None
     _log: IO[bytes] | None = None
 
@@ -218,14 +206,6 @@ class Gunicorn:
         if self._log is not None:
             self._log.close()
         self.listener.close()
-
-
-def _listening_socket() -> socket.socket:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(2048)
-    listener.set_inheritable(True)
-    return listener
 
 
 @dataclass

@@ -23,6 +23,14 @@ import requests
 
 from tests.helpers.tools import ROOT
 
+#: What every server inherits from this process's environment; nothing else (no settings).
+INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+
+
+def base_environment() -> dict[str, str]:
+    """Return the environment a server starts from: none of the caller's settings."""
+    return {name: os.environ[name] for name in INHERITED if name in os.environ}
+
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
@@ -51,7 +59,7 @@ def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
             process.wait(timeout)
 
 
-def listening_socket() -> socket.socket:
+def listening_socket(backlog: int = 128) -> socket.socket:
     """Return a socket listening on a port of 127.0.0.1 that the kernel picked.
 
     Handed to a server as an inherited descriptor, the port is never free for
@@ -59,7 +67,7 @@ def listening_socket() -> socket.socket:
     """
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
+    listener.listen(backlog)
     listener.set_inheritable(True)
     return listener
 

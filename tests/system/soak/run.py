@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.servers import base_environment
 from tests.system.soak import checks
 from tests.system.soak.client import Answer, Connection
 from tests.system.soak.faults import (
@@ -21,7 +22,7 @@ from tests.system.soak.faults import (
     new_secret,
 )
 from tests.system.soak.sampler import Sample, Sampler
-from tests.system.soak.stack import Gunicorn, Nginx, Redis, base_environment, wait_for
+from tests.system.soak.stack import Gunicorn, Nginx, Redis, wait_for
 from tests.system.soak.users import LIVE, REVOKED, ROTATED, Abuser, Client, Keys, Ledger, User
 
 #: Workers per gunicorn: two, so that one lives on while the other is killed.

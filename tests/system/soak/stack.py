@@ -23,24 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tests.helpers.servers import stop_process
+from tests.helpers.servers import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
 SITE = ROOT / "deploy" / "nginx" / "token-service.conf"
-#: What every server inherits from this process's environment; nothing else (no settings).
-INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
-
-
-def base_environment() -> dict[str, str]:
-    """Return the environment a server starts from: none of the caller's settings."""
-    return {name: os.environ[name] for name in INHERITED if name in os.environ}
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(check, timeout: float, what: str) -> None:
