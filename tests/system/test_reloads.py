@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.servers import base_environment
 from tests.helpers.tools import ROOT, require_tool
 from tests.system.soak.client import Answer, Connection
-from tests.system.soak.stack import SITE, Gunicorn, Nginx, base_environment, nginx_binary, wait_for
+from tests.system.soak.stack import SITE, Gunicorn, Nginx, nginx_binary, wait_for
 
 CLIENTS = 6
 #: Requests a second per client at most: load enough to meet every reload, cheap on a CI core.
