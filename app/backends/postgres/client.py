@@ -53,7 +53,7 @@ from app.backends.postgres.process import (
     handing_over,
     remaining,
 )
-from app.backends.postgres.sockets import NoAnswerError, Watchdog, alive
+from app.backends.postgres.sockets import Watchdog, alive
 
 #: What psycopg and psycopg_pool raise when the server cannot answer now (PoolTimeout
 #: and PoolClosed are OperationalErrors), and the socket's own OSError.
@@ -152,36 +152,12 @@ class ProcessPool:
                 process.pool.putconn(connection)  # a broken one is closed and replaced
 
     def execute(self, statement: str, parameters: Any, fetch: bool = False) -> Any:
-        """Run one statement as ``connection`` would (the same checks, the same deadline),
-        without its context managers; return its first row if ``fetch``. The thread keeps
-        its connection: for the request threads' calls, not the start-up check's.
-
-        Kept beside ``connection`` (and beside psycopg_pool's own ``connection()`` with a
-        ``check`` hook) because every store call measurably costs less on a kept
-        connection than on one taken from the pool and given back each time.
-        """
-        kept = self._kept()
-        if kept is None:
-            with self.connection(keep=True) as connection:
-                cursor = connection.execute(statement, parameters)
-                return cursor.fetchone() if fetch else None
-        process, connection = kept
-        watchdog = process.watchdog
-        call = watchdog.arm(connection, time.monotonic() + self.timeout)
-        try:
+        """Run one statement on a connection of ``connection``; return its first row if
+        ``fetch``. The thread keeps its connection: for the request threads' calls, not
+        the start-up check's."""
+        with self.connection(keep=True) as connection:
             cursor = connection.execute(statement, parameters)
-            row = cursor.fetchone() if fetch else None
-        except POSTGRES_FAILURES as error:
-            if watchdog.disarm(call):
-                raise NoAnswerError("no answer before the timeout") from error
-            if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
-                connection.close()  # as in ``connection``
-            raise
-        except BaseException:
-            watchdog.disarm(call)
-            raise
-        watchdog.disarm(call)
-        return row
+            return cursor.fetchone() if fetch else None
 
     def _kept(self) -> tuple[Process, Connection] | None:
         """Return the connection this thread keeps, if it is of this process's pool and

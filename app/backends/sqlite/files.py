@@ -17,7 +17,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 
 def connect_wal(
@@ -128,19 +127,6 @@ class ProcessWriter:
         self._acquire()
         try:
             yield self._get()
-        finally:
-            self._lock.release()
-
-    def execute(self, sql: str, parameters: tuple[Any, ...]) -> None:
-        """Run one statement, its own transaction, on the process's write connection.
-
-        What ``connection()`` does for one statement, without its generator frames: kept
-        because a login under SPEC.md's defaults, all CPU on this path, measurably costs
-        less so.
-        """
-        self._acquire()
-        try:
-            self._get().execute(sql, parameters)
         finally:
             self._lock.release()
 

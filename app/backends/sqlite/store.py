@@ -83,10 +83,11 @@ class SQLiteTokenStore(RefreshTokenStore):
         expires_at = issued_at + policy.lifetime if policy.lifetime else None
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
             try:
-                self._writer.execute(
-                    "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
-                    (token_digest(token), username, issued_at),
-                )
+                with self._writer.connection() as connection:
+                    connection.execute(
+                        "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
+                        (token_digest(token), username, issued_at),
+                    )
             except sqlite3.Error as error:
                 raise self._unavailable(error) from error
             return
