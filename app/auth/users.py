@@ -23,16 +23,12 @@ import secrets
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.usernames import username_problem
-
-if TYPE_CHECKING:
-    pass
 
 #: OWASP's Argon2id minimum (Password Storage Cheat Sheet): 19 MiB, 2 passes, 1 lane;
 #: docs/users.md gives what a login costs.

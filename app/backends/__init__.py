@@ -8,39 +8,13 @@ from flask import Flask
 from app.backends.interface import (
     Backend,
     BackendUnavailable,
-    Counters,
-    Outcome,
     RefreshTokenPolicy,
     RefreshTokenStore,
-    Revocation,
-    Rotation,
-    TokenRecord,
-    shown_digest,
-    successor_of,
-    token_digest,
 )
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import Settings
 from app.config.store_url import parse_store_url
 from app.extensions import BACKEND, TOKEN_STORE, clock_of
-
-__all__ = [
-    "Backend",
-    "BackendUnavailable",
-    "Counters",
-    "Outcome",
-    "RefreshTokenPolicy",
-    "RefreshTokenStore",
-    "Revocation",
-    "Rotation",
-    "TokenRecord",
-    "backend_at",
-    "init_store",
-    "open_backend",
-    "shown_digest",
-    "successor_of",
-    "token_digest",
-]
 
 
 def open_backend(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Backend:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import islice
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from limits import RateLimitItem
 
@@ -36,6 +36,8 @@ RETIRED_GENERATIONS_KEPT = 20
 #: family keeps the digest of its lineage while it lives, so any of its tokens, however
 #: old, is known as one of its own. The other 26 characters of a successor are fresh.
 LINEAGE_LENGTH = 16
+
+T = TypeVar("T")
 
 
 class BackendUnavailable(Exception):  # noqa: N818  # the name says what the caller meets
@@ -135,7 +137,7 @@ def successor_of(token: str) -> str:
     return token[:LINEAGE_LENGTH] + fresh[LINEAGE_LENGTH:]
 
 
-def batches(items: Iterable[Record], size: int = IMPORT_BATCH) -> Iterator[list[Record]]:
+def batches(items: Iterable[T], size: int = IMPORT_BATCH) -> Iterator[list[T]]:
     """Yield ``items`` in lists of ``size`` (the last one shorter)."""
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -188,8 +190,8 @@ Record = StoredToken | DenyEntry
 
 @dataclass(frozen=True)
 class Imported:
-    """What ``import_records`` wrote: tokens (of which live ones), and deny entries; a
-    digest found in the target meanwhile is not written, and not counted."""
+    """What ``import_records`` wrote: tokens (of which live ones), and deny entries. The
+    target is empty (``flask tokens copy`` checks it first), so every record is written."""
 
     tokens: int = 0
     live: int = 0
@@ -329,14 +331,6 @@ class RefreshTokenStore(ABC):
 
 
 # --- the rate limits' counters ---------------------------------------------------------
-
-#: The counters' SQLite file, in the token store's folder.
-SQLITE_FILE_NAME = "rate_limits.sqlite3"
-#: After a storage failure, requests pass unchecked this long before the next try, so a
-#: frozen store costs one timeout a second per process, not one per request.
-RETRY_AFTER_FAILURE = 1.0
-#: At most one log line about storage failures per this many seconds, per process.
-FAILURE_LOG_INTERVAL = 60.0
 
 
 #: A limit as the counters use it: its amount, its window in seconds, and its keys' end.

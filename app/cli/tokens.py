@@ -17,13 +17,15 @@ from app.backends.interface import BackendUnavailable, shown_digest
 from app.backends.transfer import CopyRefusedError, copy_tokens
 from app.cli.arguments import InputError, read_one_line, valid_username
 from app.config.parsers import ConfigError, store_url
-from app.extensions import current_settings, get_store
+from app.extensions import current_settings, get_clock, get_store
 
 #: Fewer hex digits than this could name a token the operator did not mean.
 MIN_DIGEST_PREFIX = 8
 HEX_PREFIX = re.compile(rf"[0-9a-fA-F]{{{MIN_DIGEST_PREFIX},64}}")
 #: The longest line read from standard input as a refresh token.
 MAX_TOKEN_LINE = 4096
+#: Seconds each answer of a store may take during ``flask tokens copy``.
+COPY_TIMEOUT = 60.0
 #: What /login hands out (app/auth/tokens.py): anything else is no refresh token.
 REFRESH_TOKEN = re.compile(rf"[A-Za-z0-9]{{{REFRESH_TOKEN_LENGTH}}}")
 
@@ -137,13 +139,18 @@ def copy_command(target_url: str) -> None:
     except ConfigError as error:  # never echoes the URL, which may hold a password
         raise click.BadParameter(str(error).removeprefix("--to "), param_hint="--to") from None
     settings = current_settings()
-    target = backend_at(url, settings.store_timeout, settings.store_connect_timeout)
+    # both stores with the copy's own timeout: a batch of a copy may take far longer to
+    # answer than a request's call, and a copy has no client waiting on it
+    connect_timeout, clock = settings.store_connect_timeout, get_clock()
+    source = backend_at(settings.token_store_url, COPY_TIMEOUT, connect_timeout, clock=clock)
+    target = backend_at(url, COPY_TIMEOUT, connect_timeout, clock=clock)
     try:
         with store_errors():
-            copied = copy_tokens(get_store(), target.store)
+            copied = copy_tokens(source.store, target.store)
     except CopyRefusedError as error:
         raise click.ClickException(str(error)) from None
     finally:
+        source.close()
         target.close()
     click.echo(
         f"copied {copied.tokens} refresh tokens ({copied.live} live, the others retired by"

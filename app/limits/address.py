@@ -76,8 +76,6 @@ class RateLimiter:
         #: point it at a metrics counter. ``storage_failures`` counts them too.
         self.on_storage_failure: Callable[[], None] = note_failure
         self.storage_failures = 0
-        #: The app's clock: its monotonic time spaces the tries of a failed storage.
-        self.clock = clock
         self.failures = CounterFailures(clock.monotonic)
         self.client_key = functools.lru_cache(maxsize=KEYS_CACHED)(self._client_key)
 

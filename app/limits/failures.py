@@ -13,7 +13,11 @@ import math
 import threading
 from collections.abc import Callable
 
-from app.backends.interface import FAILURE_LOG_INTERVAL, RETRY_AFTER_FAILURE
+#: After a storage failure, requests pass unchecked this long before the next try, so a
+#: frozen store costs one timeout a second per process, not one per request.
+RETRY_AFTER_FAILURE = 1.0
+#: At most one log line about storage failures per this many seconds, per process.
+FAILURE_LOG_INTERVAL = 60.0
 
 
 class CounterFailures:

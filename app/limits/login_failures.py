@@ -87,8 +87,6 @@ class LoginFailureLimit:
         self.storage = storage
         self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
         self._device_key = hmac.new(secret, b"login device cookies", hashlib.sha256).digest()
-        #: The app's clock: its monotonic time spaces the tries of a failed storage.
-        self.clock = clock
         self.failures = CounterFailures(clock.monotonic)
 
     def attempt(self, username: str, device: str | None = None) -> int | None:

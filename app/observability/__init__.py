@@ -1,1 +1,2 @@
-"""app.observability."""
+"""What the service tells its operators: the log's format, what it never shows, and the
+metrics."""

@@ -1,1 +1,1 @@
-"""app.openapi.document."""
+"""The OpenAPI document, ``openapi.json``, as each app serves it (``document.py``)."""

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.users import HASHER
-from app.backends.interface import SQLITE_FILE_NAME
+from app.backends.sqlite.counters import COUNTERS_FILE_NAME
 from app.views.auth import LOGIN_LIMITED_MESSAGE
 from tests.helpers.clock import ManualClock
 from tests.helpers.openapi import assert_documented, document_of
@@ -303,7 +303,7 @@ def test_the_counters_never_hold_the_username(limited_app, instance_path, store_
     client = limited_app().test_client()
     log_in(client, "my-password-typed-as-name")
     if store_backend is None:  # SQLite: the counters' own file
-        with sqlite3.connect(instance_path / SQLITE_FILE_NAME) as connection:
+        with sqlite3.connect(instance_path / COUNTERS_FILE_NAME) as connection:
             keys = [row[0] for row in connection.execute("SELECT key FROM rate_limits")]
     elif store_backend.startswith("postgresql://"):  # the store's database
         with psycopg.connect(store_backend) as connection:
@@ -344,7 +344,7 @@ def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
     clock = ManualClock()
     client = limited_app(clock=clock).test_client()
     spy = spied(client)
-    (instance_path / SQLITE_FILE_NAME).mkdir()  # opened on first use: it cannot be
+    (instance_path / COUNTERS_FILE_NAME).mkdir()  # opened on first use: it cannot be
     caplog.set_level(logging.WARNING)
     for username, password in [("alice", PASSWORD), ("alice", "x"), ("mallory", "x")]:
         response = log_in(client, username, password)
@@ -358,7 +358,7 @@ def test_a_failing_counter_file_refuses_logins_with_503_and_no_argon2(
     metrics = client.get("/metrics").get_data(as_text=True)
     assert "token_service_rate_limit_errors_total 3.0" in metrics
     # the storage is back: once the second without tries has passed, logins work again
-    (instance_path / SQLITE_FILE_NAME).rmdir()
+    (instance_path / COUNTERS_FILE_NAME).rmdir()
     clock.advance(2)
     assert log_in(client, password=PASSWORD).status_code == 200
     assert "logins accepted again" in caplog.records[-1].getMessage()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.backends.interface import SQLITE_FILE_NAME
+from app.backends.sqlite.counters import COUNTERS_FILE_NAME
 from tests.helpers.clock import ManualClock
 from tests.helpers.limits import CLIENT, counted_failures, from_address, limiter_messages, log_in
 from tests.helpers.openapi import assert_documented, document_of
@@ -187,7 +187,7 @@ def test_rate_limit_off_never_refuses_and_keeps_no_counters(make_app, instance_p
     assert client.application.extensions["rate_limiter"] is None
     for _ in range(30):
         assert log_in(client).status_code == 200
-    assert not (instance_path / SQLITE_FILE_NAME).exists()
+    assert not (instance_path / COUNTERS_FILE_NAME).exists()
 
 
 def test_a_window_frees_when_it_ends(make_app):
@@ -260,7 +260,7 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
     clock = ManualClock()
     client = make_app(RATE_LIMIT_AUTH="1 per minute", clock=clock).test_client()
     failures = counted_failures(client)
-    (instance_path / SQLITE_FILE_NAME).mkdir()  # opened on first use: it cannot be
+    (instance_path / COUNTERS_FILE_NAME).mkdir()  # opened on first use: it cannot be
     caplog.set_level(logging.WARNING)
     for _ in range(5):
         assert log_in(client).status_code == 200
@@ -269,10 +269,10 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
     (message,) = limiter_messages(caplog)
     assert message.startswith(
         "rate limits not applied, their storage failed: SQLite "
-        f"{instance_path / SQLITE_FILE_NAME}: OperationalError: unable to open database file"
+        f"{instance_path / COUNTERS_FILE_NAME}: OperationalError: unable to open database file"
     )
     # the storage is back: after one second without tries, the limits hold again
-    (instance_path / SQLITE_FILE_NAME).rmdir()
+    (instance_path / COUNTERS_FILE_NAME).rmdir()
     clock.advance(2)
     assert log_in(client).status_code == 200
     assert log_in(client).status_code == 429
@@ -283,7 +283,7 @@ def test_a_failing_sqlite_counter_file_lets_logins_through_logged_once_and_count
 @pytest.mark.store("sqlite")
 def test_requests_let_through_unchecked_are_counted_in_the_metrics(make_app, instance_path):
     client = make_app(RATE_LIMIT_AUTH="1 per minute").test_client()
-    (instance_path / SQLITE_FILE_NAME).mkdir()  # the counters cannot be opened
+    (instance_path / COUNTERS_FILE_NAME).mkdir()  # the counters cannot be opened
     for _ in range(3):
         assert log_in(client).status_code == 200
     metrics = client.get("/metrics").get_data(as_text=True)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.backends import Backend, backend_at
-from app.backends.interface import BackendUnavailable, Counters
+from app.backends import backend_at
+from app.backends.interface import Backend, BackendUnavailable, Counters
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import requests
 
 from app.auth.tokens import issue_cookie_token
 from app.auth.users import HASHER
-from app.backends.interface import SQLITE_FILE_NAME
+from app.backends.sqlite.counters import COUNTERS_FILE_NAME
 from app.observability.metric_files import RESERVED_BYTES, reserve_metric_files
 from tests.helpers.clock import ManualClock
 from tests.helpers.servers import fresh, wait_until
@@ -210,7 +210,7 @@ def test_on_a_full_disk_only_writes_wait_and_no_token_is_lost(
         messages
     )
     # the request rate limit fails open: its counters' file is on the same full disk
-    counters = instance / SQLITE_FILE_NAME
+    counters = instance / COUNTERS_FILE_NAME
     assert (
         "rate limits not applied, their storage failed: SQLite"
         f" {counters}: OperationalError: {FULL}" in messages
@@ -337,7 +337,7 @@ def test_the_login_failure_limit_fails_closed_on_a_full_disk(small_disk, disk_ap
     small_disk.free()
     clock.advance(2)  # past the second in which the storage is not tried again
     assert client.post("/login", json=login).status_code == 200
-    assert integrity(small_disk.path / "instance" / SQLITE_FILE_NAME) == "ok"
+    assert integrity(small_disk.path / "instance" / COUNTERS_FILE_NAME) == "ok"
 
 
 def test_metric_files_that_the_disk_cannot_allocate_are_not_left_behind(small_disk):

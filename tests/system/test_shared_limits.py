@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 
-from app.backends.interface import SQLITE_FILE_NAME
+from app.backends.sqlite.counters import COUNTERS_FILE_NAME
 from tests.helpers.limits import counted_failures, limiter_messages, log_in
 from tests.helpers.servers import fresh
 from tests.helpers.users import write_users
@@ -115,7 +115,7 @@ def test_the_rate_limit_holds_across_the_workers_of_a_host(
     assert statuses.count(200) == LIMIT, statuses  # every request came within one window
     assert statuses.count(429) == BURST - LIMIT
     assert all(1 <= int(wait) <= 60 for _, status, wait in answers if status == 429)
-    assert workers_holding(server, SQLITE_FILE_NAME) >= 2  # several workers counted
+    assert workers_holding(server, COUNTERS_FILE_NAME) >= 2  # several workers counted
     # another address has its own budget; the host itself (no forwarded address) is exempt
     login = {"username": "user0", "password": BURST_PASSWORD}
     assert fresh("POST", f"{server.url}/login", json=login).status_code == 200

@@ -152,9 +152,8 @@ class ProcessPool:
                 process.pool.putconn(connection)  # a broken one is closed and replaced
 
     def execute(self, statement: str, parameters: Any, fetch: bool = False) -> Any:
-        """Run one statement on a connection of ``connection``; return its first row if
-        ``fetch``. The thread keeps its connection: for the request threads' calls, not
-        the start-up check's."""
+        """Run one statement on a connection that ``connection`` gives, which the thread
+        keeps for its next calls; return its first row if ``fetch``."""
         with self.connection(keep=True) as connection:
             cursor = connection.execute(statement, parameters)
             return cursor.fetchone() if fetch else None

@@ -41,7 +41,6 @@ import math
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from itertools import islice
 from typing import Any, cast
 
 import redis
@@ -135,14 +134,13 @@ class RedisTokenStore(RefreshTokenStore):
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: lua/login.lua
             keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
             args = (username, issued_at, _microseconds(now), digest)
-            try:
-                # evalsha rather than the Script's call, which costs a login a few percent
-                # more; the Script loads it where Redis lacks it (restarted, or another one)
-                self.client.evalsha(self._login.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                self._login(keys=keys, args=args)
-            except REDIS_FAILURES as error:
-                raise self._unavailable(error) from error
+            with self._answering():
+                try:
+                    # evalsha rather than the Script's call, which does more work per
+                    # login; the Script loads it where Redis lacks it (restarted, or another)
+                    self.client.evalsha(self._login.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    self._login(keys=keys, args=args)
             return
         expires_at = issued_at + policy.lifetime if policy.lifetime else ""
         with self._answering():
@@ -248,11 +246,11 @@ class RedisTokenStore(RefreshTokenStore):
             # live tokens, each user's in order of issue (the user's sorted set)
             for user_key in self.client.scan_iter(USER_KEY_PREFIX + "*", count=IMPORT_BATCH):
                 members = cast(list[str], self.client.zrange(user_key, 0, -1))
-                for digests in _chunks(members):
+                for digests in batches(members):
                     yield from self._tokens(digests, retired=False)
             # then the retired ones, kept only to recognise their reuse
             pattern = TOKEN_KEY_PREFIX + "*"
-            for keys in _chunks(self.client.scan_iter(pattern, count=IMPORT_BATCH)):
+            for keys in batches(self.client.scan_iter(pattern, count=IMPORT_BATCH)):
                 digests = [key.removeprefix(TOKEN_KEY_PREFIX) for key in keys]
                 yield from self._tokens(digests, retired=True)
             for key in self.client.scan_iter(DENIED_KEY_PREFIX + "*", count=IMPORT_BATCH):
@@ -314,11 +312,13 @@ class RedisTokenStore(RefreshTokenStore):
         if not isinstance(other, RedisTokenStore):
             return False
         probe = COPY_PROBE_KEY_PREFIX + secrets.token_hex(16)
-        with self._answering():
+        with other._answering():  # a failure names the store that failed
             other.client.set(probe, "", px=60_000)  # gone by itself should the delete fail
-            try:
+        try:
+            with self._answering():
                 return bool(self.client.exists(probe))
-            finally:
+        finally:
+            with other._answering():
                 other.client.delete(probe)
 
     @classmethod
@@ -342,12 +342,6 @@ class RedisTokenStore(RefreshTokenStore):
 
     def _unavailable(self, error: BaseException) -> BackendUnavailable:
         return BackendUnavailable(failure_message(f"Redis store {self.location}", error))
-
-
-def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
-    iterator = iter(items)
-    while chunk := list(islice(iterator, IMPORT_BATCH)):
-        yield chunk
 
 
 def _stored_token(digest: str, fields: dict[str, str]) -> StoredToken:

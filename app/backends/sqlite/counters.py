@@ -37,6 +37,8 @@ def _version_1(connection: sqlite3.Connection) -> None:
 STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1,)
 #: Seconds between two purges of ended windows, per process (through the expiry index).
 PURGE_INTERVAL = 60.0
+#: The counters' file, in the token store's folder.
+COUNTERS_FILE_NAME = "rate_limits.sqlite3"
 
 
 @functools.cache

@@ -370,11 +370,12 @@ class SQLiteTokenStore(RefreshTokenStore):
         # one file by any path (relative, through a symbolic or a hard link); this one
         # exists once pinged. Asked before ``other`` opens it: through a hard link, SQLite
         # would look for a write-ahead log named after the link, and not find this one's.
-        return (
-            isinstance(other, SQLiteTokenStore)
-            and os.path.exists(other.path)
-            and os.path.samefile(self.path, other.path)
-        )
+        if not isinstance(other, SQLiteTokenStore) or not os.path.exists(other.path):
+            return False
+        try:
+            return os.path.samefile(self.path, other.path)
+        except OSError as error:
+            raise self._unavailable(error) from error
 
     @contextmanager
     def _connection(
@@ -398,7 +399,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         except sqlite3.Error as error:
             raise self._unavailable(error) from error
 
-    def _unavailable(self, error: sqlite3.Error) -> BackendUnavailable:
+    def _unavailable(self, error: BaseException) -> BackendUnavailable:
         return BackendUnavailable(f"SQLite store {self.path}: {error_text(error)}")
 
     def _open(self) -> sqlite3.Connection:
