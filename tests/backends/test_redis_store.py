@@ -203,6 +203,19 @@ def test_every_redis_failure_is_store_unavailable(store, monkeypatch, operation,
         OPERATIONS[operation](store)
 
 
+@pytest.mark.parametrize("error", ERRORS, ids=lambda error: type(error).__name__)
+def test_a_login_whose_script_reload_fails_is_store_unavailable(store, monkeypatch, error):
+    store.ping()
+    answers = iter([exceptions.NoScriptError("NOSCRIPT No matching script."), error])
+
+    def fail(*args, **kwargs):
+        raise next(answers)  # the cached script is gone, then its reload fails too
+
+    monkeypatch.setattr(AbstractConnection, "read_response", fail)
+    with pytest.raises(BackendUnavailable, match=type(error).__name__):
+        store.issue(new_refresh_token(), "alice")
+
+
 def test_read_only_replica_refuses_writes_as_unavailable(redis_server):
     server = redis_server()
     store = open_store(server.url, timeout=2)

@@ -5,6 +5,7 @@ an empty store, never onto the store itself, and the count is of what was writte
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.auth.tokens import new_refresh_token
+from app.backends import backend_at
 from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
+    BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
     successor_of,
     token_digest,
 )
 from app.backends.transfer import CopyRefusedError, copy_tokens
+from app.cli import tokens as app_cli_tokens
+from app.cli.tokens import COPY_TIMEOUT
 from tests.helpers.clock import ManualClock
+from tests.helpers.servers import free_port
 from tests.helpers.stores import SERVER_MARKS, open_store
 
 #: Every pair of backends, each way.
@@ -207,6 +213,26 @@ def test_flask_tokens_copy_moves_the_apps_tokens_and_never_shows_the_url(make_ap
     assert "s3cret" not in result.output
 
 
+@pytest.mark.store("sqlite")
+def test_flask_tokens_copy_waits_on_both_stores_with_its_own_timeout(
+    make_app, tmp_path, monkeypatch
+):
+    app = make_app(TOKEN_STORE_TIMEOUT="0.5")
+    app.test_client().post("/login", json={"username": "alice"})
+    opened = []
+
+    def spied(url, timeout, *args, **options):
+        opened.append(timeout)
+        return backend_at(url, timeout, *args, **options)
+
+    monkeypatch.setattr(app_cli_tokens, "backend_at", spied)
+    target = f"sqlite:///{tmp_path / 'target' / 'tokens.sqlite3'}"
+    (tmp_path / "target").mkdir()
+    result = app.test_cli_runner().invoke(args=["tokens", "copy", "--to", target])
+    assert result.exit_code == 0, result.output
+    assert opened == [COPY_TIMEOUT, COPY_TIMEOUT]  # not the requests' TOKEN_STORE_TIMEOUT
+
+
 @store_pairs(PAIRS)
 def test_a_second_copy_is_refused_and_one_into_the_emptied_target_has_the_sources_state(
     source_backend, target_backend, request, tmp_path
@@ -363,6 +389,33 @@ def test_a_redis_store_is_never_copied_onto_itself(redis_server, tmp_path):
     assert copy_tokens(source, other).tokens == 1
     assert other.count() == 1
     source.close()
+    other.close()
+
+
+@pytest.mark.redis
+def test_a_redis_target_that_does_not_answer_is_named_in_the_copys_error(redis_url):
+    source = open_store(redis_url, timeout=5)
+    source.issue(new_refresh_token(), "alice")
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    target = open_store(down, timeout=1)
+    with pytest.raises(BackendUnavailable, match=re.escape("Redis store 127.0.0.1:")) as error:
+        copy_tokens(source, target)
+    assert target.location in str(error.value)
+    assert source.location not in str(error.value)
+    source.close()
+    target.close()
+
+
+def test_a_sqlite_file_that_cannot_be_compared_is_one_error_line(sqlite_store, monkeypatch):
+    other = open_store("sqlite:///link/../store/other.sqlite3", timeout=5)
+    other.ping()
+
+    def denied(*paths):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os.path, "samefile", denied)
+    with pytest.raises(BackendUnavailable, match="Permission denied"):
+        copy_tokens(sqlite_store, other)
     other.close()
 
 
