@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,6 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.transfer import CopyRefusedError, copy_tokens
-from app.cli import tokens as app_cli_tokens
 from app.cli.tokens import COPY_TIMEOUT
 from tests.helpers.clock import ManualClock
 from tests.helpers.servers import free_port
@@ -225,7 +225,7 @@ def test_flask_tokens_copy_waits_on_both_stores_with_its_own_timeout(
         opened.append(timeout)
         return backend_at(url, timeout, *args, **options)
 
-    monkeypatch.setattr(app_cli_tokens, "backend_at", spied)
+    monkeypatch.setattr(sys.modules["app.cli.tokens"], "backend_at", spied)
     target = f"sqlite:///{tmp_path / 'target' / 'tokens.sqlite3'}"
     (tmp_path / "target").mkdir()
     result = app.test_cli_runner().invoke(args=["tokens", "copy", "--to", target])
