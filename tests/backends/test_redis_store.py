@@ -213,7 +213,7 @@ def test_a_login_whose_script_reload_fails_is_store_unavailable(store, monkeypat
         raise exceptions.NoScriptError("NOSCRIPT No matching script.") if len(calls) == 1 else error
 
     monkeypatch.setattr(AbstractConnection, "read_response", fail)
-    with pytest.raises(BackendUnavailable, match="^Redis store "):
+    with pytest.raises(BackendUnavailable, match=r"^Redis store "):
         store.issue(new_refresh_token(), "alice")
     assert len(calls) >= 2  # the reload was tried, and failed
 

@@ -45,7 +45,6 @@ from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
 from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
@@ -134,13 +133,8 @@ class RedisTokenStore(RefreshTokenStore):
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: lua/login.lua
             keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
             args = (username, issued_at, _microseconds(now), digest)
-            with self._answering():
-                try:
-                    # evalsha rather than the Script's call, which does more work per
-                    # login; the Script loads it where Redis lacks it (restarted, or another)
-                    self.client.evalsha(self._login.sha, len(keys), *keys, *args)
-                except NoScriptError:
-                    self._login(keys=keys, args=args)
+            with self._answering():  # the Script loads itself where Redis lacks it
+                self._login(keys=keys, args=args)
             return
         expires_at = issued_at + policy.lifetime if policy.lifetime else ""
         with self._answering():
