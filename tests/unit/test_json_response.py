@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
 from flask import jsonify
+from flask.json.provider import DefaultJSONProvider
 
 CLAIMS = {"username": "alice", "role": "user", "iat": 1_700_000_000, "exp": 1_700_000_060}
 
@@ -25,6 +27,11 @@ CLAIMS = {"username": "alice", "role": "user", "iat": 1_700_000_000, "exp": 1_70
         {"source": "corp", "id": "u-1", "shownName": 'A "quoted" \\ name'},
         {"status": "ok"},
         {"accessToken": "eyJ.x.y", "refreshToken": "a" * 42},
+        {"user": {**CLAIMS, "scores": [0.1, 1e-05, 2]}},  # floats nested
+        {"user": {**CLAIMS, "nan": float("nan"), "inf": float("inf")}},
+        {"user": {**CLAIMS, "big": [2**64]}},
+        {1: "a key that is no string", "flags": (True, False, None)},
+        {"user": {**CLAIMS, "delete": "\x7f"}},
     ],
     ids=repr,
 )
@@ -39,3 +46,20 @@ def test_an_answer_is_compact_ascii_json_in_the_order_built(app, payload):
         assert response.get_data() == expected
         assert response.headers["Content-Type"] == "application/json"
         assert response.headers["Content-Length"] == str(len(expected))
+
+
+def test_a_date_is_written_as_flask_writes_it(app):
+    moment = datetime.datetime(2026, 1, 31, 12, 0, tzinfo=datetime.UTC)
+    with app.test_request_context():
+        assert jsonify({"at": moment}).get_data() == b'{"at":"Sat, 31 Jan 2026 12:00:00 GMT"}\n'
+
+
+def test_a_plain_answer_is_written_without_flask_s_encoder(app, monkeypatch):
+    """The provider writes the usual answers itself: Flask's writer is only the fallback."""
+
+    def unused(*args, **kwargs):
+        raise AssertionError("written by Flask's json.dumps")
+
+    monkeypatch.setattr(DefaultJSONProvider, "response", unused)
+    with app.test_request_context():
+        assert jsonify({"status": "ok", "user": CLAIMS}).status_code == 200
