@@ -24,7 +24,6 @@ from app.extensions import CLOCK, KEY_RING, USER_DIRECTORY, clock_of, metrics_of
 from app.http.errors import register_error_handlers
 from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
-from app.http.responses import JSONProvider
 from app.instance import prepare_instance
 from app.limits.address import init_rate_limit
 from app.observability.metrics import init_metrics
@@ -64,7 +63,7 @@ def configure(app: Flask, settings: Settings) -> None:
     )
     # /token//x is a token path like any other, not a redirect to a merged path
     app.url_map.merge_slashes = False
-    app.json = JSONProvider(app)
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # the default provider has it
     app.logger.setLevel(getattr(logging, settings.log_level))
 
 

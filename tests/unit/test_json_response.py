@@ -7,7 +7,6 @@ import json
 
 import pytest
 from flask import jsonify
-from flask.json.provider import DefaultJSONProvider
 
 CLAIMS = {"username": "alice", "role": "user", "iat": 1_700_000_000, "exp": 1_700_000_060}
 
@@ -52,14 +51,3 @@ def test_a_date_is_written_as_flask_writes_it(app):
     moment = datetime.datetime(2026, 1, 31, 12, 0, tzinfo=datetime.UTC)
     with app.test_request_context():
         assert jsonify({"at": moment}).get_data() == b'{"at":"Sat, 31 Jan 2026 12:00:00 GMT"}\n'
-
-
-def test_a_plain_answer_is_written_without_flask_s_encoder(app, monkeypatch):
-    """The provider writes the usual answers itself: Flask's writer is only the fallback."""
-
-    def unused(*args, **kwargs):
-        raise AssertionError("written by Flask's json.dumps")
-
-    monkeypatch.setattr(DefaultJSONProvider, "response", unused)
-    with app.test_request_context():
-        assert jsonify({"status": "ok", "user": CLAIMS}).status_code == 200
