@@ -544,9 +544,11 @@ def test_a_refused_connection_leaves_the_calls_running_on_kept_ones_alone(postgr
     running = threading.Event()
 
     def slow_call() -> object:
-        store.client.execute("SELECT 1", ())  # this thread keeps its connection
+        with store.client.connection(keep=True) as connection:  # this thread keeps it
+            connection.execute("SELECT 1")
         running.set()
-        return store.client.execute("SELECT 7 FROM pg_sleep(1)", (), fetch=True)
+        with store.client.connection(keep=True) as connection:
+            return connection.execute("SELECT 7 FROM pg_sleep(1)").fetchone()
 
     with ThreadPoolExecutor(1) as thread:
         answer = thread.submit(slow_call)

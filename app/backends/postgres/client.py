@@ -151,13 +151,6 @@ class ProcessPool:
             if kept is None and not (keep and self._keep(process, connection)):
                 process.pool.putconn(connection)  # a broken one is closed and replaced
 
-    def execute(self, statement: str, parameters: Any, fetch: bool = False) -> Any:
-        """Run one statement on a connection that ``connection`` gives, which the thread
-        keeps for its next calls; return its first row if ``fetch``."""
-        with self.connection(keep=True) as connection:
-            cursor = connection.execute(statement, parameters)
-            return cursor.fetchone() if fetch else None
-
     def _kept(self) -> tuple[Process, Connection] | None:
         """Return the connection this thread keeps, if it is of this process's pool and
         alive (else give it back, closed if dead, and return None)."""

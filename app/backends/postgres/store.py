@@ -290,14 +290,10 @@ class PostgresTokenStore(RefreshTokenStore):
     def _fetch_one(
         self, statement: str, parameters: Any, fetch: bool = True
     ) -> tuple[Any, ...] | None:
-        try:
-            row: tuple[Any, ...] | None = self.client.execute(statement, parameters, fetch)
-        except psycopg.errors.ReadOnlySqlTransaction as error:
-            raise BackendUnavailable(
-                self.client.message("PostgreSQL store", error, READ_ONLY_MESSAGE)
-            ) from error
-        except POSTGRES_FAILURES as error:
-            raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error
+        # the request threads keep their connection for their next calls
+        with self._connection(keep=True) as connection:
+            cursor = connection.execute(statement, parameters)
+            row: tuple[Any, ...] | None = cursor.fetchone() if fetch else None
         return row
 
     def _value(self, statement: str, parameters: Any) -> Any:
@@ -305,10 +301,11 @@ class PostgresTokenStore(RefreshTokenStore):
         return None if row is None else row[0]
 
     @contextmanager
-    def _connection(self) -> Iterator[Connection]:
-        """Yield a pooled connection; turn every failure into one BackendUnavailable."""
+    def _connection(self, keep: bool = False) -> Iterator[Connection]:
+        """Yield a pooled connection (``keep``: the thread's to keep); turn every failure
+        into one BackendUnavailable."""
         try:
-            with self.client.connection() as connection:
+            with self.client.connection(keep) as connection:
                 yield connection
         except psycopg.errors.ReadOnlySqlTransaction as error:
             raise BackendUnavailable(
