@@ -288,21 +288,20 @@ def test_every_app_of_a_process_shares_one_pool(postgres_url, tmp_path):
     assert limiter.storage.client is one.client  # the rate limits' counters too
 
 
-def test_threads_keep_connections_but_leave_the_pool_one_and_give_them_back(postgres_url):
+def test_every_call_gives_its_connection_back_to_the_pool(postgres_url):
     store = open_store(postgres_url, timeout=5, pool_size=(1, 3))
     token = new_refresh_token()
     store.issue(token, "alice")
-    kept = store.client._current.kept
-    assert len(kept) == 1  # this thread's, used again by its next calls
     barrier = threading.Barrier(4)
 
     def calls(_: int) -> list[str | None]:
         barrier.wait(10)
         return [store.owner_of(token) for _ in range(5)]
 
-    with ThreadPoolExecutor(4) as threads:  # more threads than connections: none waits
+    with ThreadPoolExecutor(4) as threads:  # more threads than connections: some wait
         assert list(threads.map(calls, range(4))) == [["alice"] * 5] * 4
-    wait_until(lambda: len(kept) == 1, 10, "the ended threads' connections given back")
+    stats = store.client._current.pool.get_stats()
+    assert stats["pool_available"] == stats["pool_size"]  # none out of the pool
     store.close()
 
 
@@ -494,9 +493,8 @@ def steady_server():
 def test_a_stopped_server_is_503_at_once_and_a_restarted_one_is_used_again(
     postgres_server, tmp_path, caplog, pool_min
 ):
-    # TOKEN_STORE_POOL_MIN=0: the request thread keeps the pool's only connection, so
-    # after the stop no idle one is left and the pool has to connect while the request
-    # waits (with 1, whether an idle one is left depends on how the start-up raced)
+    # TOKEN_STORE_POOL_MIN=0 or 1: after the stop, whether an idle connection is left
+    # depends on how the start-up raced; with none the pool connects while the request waits
     server = postgres_server()
     app = create_app({"INSTANCE_PATH": str(tmp_path), "TOKEN_STORE_URL": server.url(),
                       "TOKEN_STORE_TIMEOUT": "30", "TOKEN_STORE_POOL_MIN": pool_min})  # fmt: skip
@@ -536,7 +534,7 @@ def test_the_pool_reports_a_refused_connection_and_not_a_silent_one():
     assert len(refusals) == 1
 
 
-def test_a_refused_connection_leaves_the_calls_running_on_kept_ones_alone(postgres_url):
+def test_a_refused_connection_leaves_the_calls_running_alone(postgres_url):
     # a server may refuse one more connection and keep serving the open ones (at its
     # max_connections): the pool it closes lets a call that is running finish
     store = open_store(postgres_url, timeout=10, pool_size=(1, 4))
@@ -544,10 +542,8 @@ def test_a_refused_connection_leaves_the_calls_running_on_kept_ones_alone(postgr
     running = threading.Event()
 
     def slow_call() -> object:
-        with store.client.connection(keep=True) as connection:  # this thread keeps it
-            connection.execute("SELECT 1")
-        running.set()
-        with store.client.connection(keep=True) as connection:
+        with store.client.connection() as connection:
+            running.set()
             return connection.execute("SELECT 7 FROM pg_sleep(1)").fetchone()
 
     with ThreadPoolExecutor(1) as thread:

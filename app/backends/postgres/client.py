@@ -16,8 +16,7 @@ used by a worker), whose every call is bounded by one deadline, ``timeout`` seco
   a call waits for the pool to connect closes the pool at once: the waiting calls fail
   then, not at their deadline, and the next one connects anew, as above. One that
   times out (a frozen server) is left to the calls' deadlines;
-- a thread keeps the connection it got (up to ``max_size - 1`` threads), polled the same
-  way before each call, instead of taking one from the pool and returning it each time;
+- each call takes a connection from the pool and gives it back at its end;
 - the server cancels a statement after ``timeout`` (``statement_timeout``), and a
   watchdog shuts the socket of a call still waiting at its deadline, so a frozen
   server fails the call instead of hanging it;
@@ -46,7 +45,6 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from app.backends.postgres.process import (
     Connection,
-    Held,
     Process,
     close_pool,
     close_soon,
@@ -127,20 +125,18 @@ class ProcessPool:
         self.schema = schema
         self._current: Process | None = None
         self._lock = threading.Lock()
-        self._held = Held()
 
     def message(self, what: str, error: BaseException, why: str = "") -> str:
         """Return the one line that says ``what`` (at this server) failed: no password."""
         return failure_message(f"{what} {self.location}", error, self._password, why)
 
     @contextmanager
-    def connection(self, keep: bool = False) -> Iterator[Connection]:
-        """Yield a live connection of this process's pool, in autocommit; bounded by the
-        timeout from now. Raise one of POSTGRES_FAILURES when the server cannot answer.
-        ``keep``: this thread may keep it for its next calls (``_keep``)."""
+    def connection(self) -> Iterator[Connection]:
+        """Yield a live connection of this process's pool, in autocommit, given back at
+        the end; bounded by the timeout from now. Raise one of POSTGRES_FAILURES when the
+        server cannot answer."""
         deadline = time.monotonic() + self.timeout
-        kept = self._kept()
-        process, connection = self._take(deadline) if kept is None else kept
+        process, connection = self._take(deadline)
         try:
             with process.watchdog.guard(connection, deadline):
                 yield connection
@@ -148,36 +144,7 @@ class ProcessPool:
             connection.close()  # a standby now: the next connection may find the primary
             raise
         finally:
-            if kept is None and not (keep and self._keep(process, connection)):
-                process.pool.putconn(connection)  # a broken one is closed and replaced
-
-    def _kept(self) -> tuple[Process, Connection] | None:
-        """Return the connection this thread keeps, if it is of this process's pool and
-        alive (else give it back, closed if dead, and return None)."""
-        held = self._held
-        process, connection = held.process, held.connection
-        if process is None or connection is None:
-            return None
-        if process is self._current and process.pid == os.getpid():
-            if alive(connection):
-                return process, connection
-            connection.close()  # the pool replaces it
-        held.drop()  # the keeper's finalizer gives it back
-        return None
-
-    def _keep(self, process: Process, connection: Connection) -> bool:
-        """Keep ``connection`` for this thread's next calls, if the pool can spare it: at
-        most ``max_size - 1`` are kept, so a thread that keeps none still gets one."""
-        if connection.closed or not self._lock.acquire(blocking=False):
-            return False
-        try:
-            if process is not self._current or len(process.kept) >= self.max_size - 1:
-                return False
-            process.kept.append(connection)
-        finally:
-            self._lock.release()
-        self._held.keep(process, connection)
-        return True
+            process.pool.putconn(connection)  # a broken one is closed and replaced
 
     def close(self) -> None:
         """Close this process's pool (made anew on next use); a parent's is left to it."""
@@ -250,7 +217,7 @@ class ProcessPool:
             if this is not None and made:
                 # its waiting callers get PoolClosed (see _take); a server that refused
                 # one connection may still serve the open ones: calls on them finish
-                this._discard(made[0], shut_kept=False)
+                this._discard(made[0])
 
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.conninfo,
@@ -268,11 +235,11 @@ class ProcessPool:
         pool.open(wait=False)
         return process
 
-    def _discard(self, process: Process, shut_kept: bool = True) -> None:
+    def _discard(self, process: Process) -> None:
         with self._lock:
             if self._current is process:
                 self._current = None
-        close_soon(process, shut_kept)
+        close_soon(process)
 
 
 #: The pools of this process, one per database and settings (see ``shared_pool``).

@@ -1,9 +1,8 @@
-"""One process's PostgreSQL pool (``app.backends.postgres.client``): its watchdog, the connections
-its threads keep out of it between calls, and how it is closed (never a parent's)."""
+"""One process's PostgreSQL pool (``app.backends.postgres.client``): its watchdog, its
+first connection handed over, and how it is closed (never a parent's)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -15,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from app.backends.postgres.sockets import Watchdog, shut
+from app.backends.postgres.sockets import Watchdog
 
 Connection = psycopg.Connection[Any]
 
@@ -28,8 +27,6 @@ class Process:
     watchdog: Watchdog
     handoff: list[Connection]
     pid: int = field(default_factory=os.getpid)
-    #: The connections threads keep out of the pool between their calls (``ProcessPool._keep``).
-    kept: list[Connection] = field(default_factory=list)
     #: Closes the pool if its ProcessPool is dropped unclosed (an app left to the collector).
     finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -64,44 +61,10 @@ def handing_over(handoff: list[Connection], refused: Callable[[], None]) -> type
     return HandedOver
 
 
-class Held(threading.local):
-    """What a thread keeps of a pool: its connection, and the keeper whose end (with the
-    thread's) gives it back."""
-
-    process: Process | None = None
-    connection: Connection | None = None
-    keeper: Keeper | None = None
-
-    def keep(self, process: Process, connection: Connection) -> None:
-        """Keep ``connection`` (counted in ``process.kept``) until ``drop`` or the thread ends."""
-        self.process, self.connection, self.keeper = process, connection, Keeper()
-        weakref.finalize(self.keeper, give_back, process, connection).atexit = False
-
-    def drop(self) -> None:
-        """Give the kept connection back to its pool (its keeper's finalizer does)."""
-        self.process = self.connection = self.keeper = None
-
-
-class Keeper:
-    """Gives a kept connection back to its pool when collected (``ProcessPool._keep``)."""
-
-
-def give_back(process: Process, connection: Connection) -> None:
-    if process.pid != os.getpid():
-        return  # a parent's connection, inherited by fork: the parent's to use
-    with contextlib.suppress(ValueError):
-        process.kept.remove(connection)
-    try:
-        process.pool.putconn(connection)
-    except (psycopg.Error, OSError):
-        connection.close()
-
-
-def close_pool(process: Process, shut_kept: bool = True) -> None:
+def close_pool(process: Process) -> None:
     """Close a pool of this process, its connections and its watchdog; never a parent's,
-    whose sockets the parent still uses. ``shut_kept=False`` leaves the connections its
-    threads keep to them: a call running on one finishes, and the thread's next call
-    gives it back to the closed pool, which closes it."""
+    whose sockets the parent still uses. A call running on a connection taken from it
+    finishes: the connection is closed when given back to the closed pool."""
     if process.pid != os.getpid():
         return
     if process.finalizer is not None:
@@ -110,18 +73,15 @@ def close_pool(process: Process, shut_kept: bool = True) -> None:
     process.pool.close()
     for connection in process.handoff:  # never taken: the pool closed first
         connection.close()
-    for connection in list(process.kept) if shut_kept else ():
-        if not connection.closed:  # a thread may be using it: shut, not closed
-            shut(connection.pgconn.socket)
 
 
-def close_soon(process: Process, shut_kept: bool = True) -> None:
+def close_soon(process: Process) -> None:
     """Close a pool in a thread of its own: never in one of its workers, which the
     collector may be running in, and which cannot wait for itself."""
     if process.finalizer is not None:
         process.finalizer.detach()
     if process.pid == os.getpid():
-        threading.Thread(target=close_pool, args=(process, shut_kept), daemon=True).start()
+        threading.Thread(target=close_pool, args=(process,), daemon=True).start()
 
 
 def remaining(deadline: float) -> float:

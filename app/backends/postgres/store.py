@@ -209,7 +209,7 @@ class PostgresTokenStore(RefreshTokenStore):
         )
 
     def ping(self) -> None:
-        with self._connection() as connection:  # not kept: the start-up check's thread
+        with self._connection() as connection:
             connection.execute("SELECT 1")
 
     def close(self) -> None:
@@ -290,8 +290,7 @@ class PostgresTokenStore(RefreshTokenStore):
     def _fetch_one(
         self, statement: str, parameters: Any, fetch: bool = True
     ) -> tuple[Any, ...] | None:
-        # the request threads keep their connection for their next calls
-        with self._connection(keep=True) as connection:
+        with self._connection() as connection:
             cursor = connection.execute(statement, parameters)
             row: tuple[Any, ...] | None = cursor.fetchone() if fetch else None
         return row
@@ -301,11 +300,10 @@ class PostgresTokenStore(RefreshTokenStore):
         return None if row is None else row[0]
 
     @contextmanager
-    def _connection(self, keep: bool = False) -> Iterator[Connection]:
-        """Yield a pooled connection (``keep``: the thread's to keep); turn every failure
-        into one BackendUnavailable."""
+    def _connection(self) -> Iterator[Connection]:
+        """Yield a pooled connection; turn every failure into one BackendUnavailable."""
         try:
-            with self.client.connection(keep) as connection:
+            with self.client.connection() as connection:
                 yield connection
         except psycopg.errors.ReadOnlySqlTransaction as error:
             raise BackendUnavailable(
