@@ -17,9 +17,7 @@ from app.auth.json_text import may_repeat_a_key, repeats_a_key
 from app.auth.key_files import is_low_s, twin_signature
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import DEFAULT_CLOCK_SKEW, ES256
-from app.config.usernames import (
-    MAX_USERNAME_LENGTH,
-)
+from app.config.usernames import MAX_USERNAME_LENGTH
 from app.events import Reason
 
 if TYPE_CHECKING:
