@@ -18,6 +18,7 @@ from app.config.clock import Clock
 
 if TYPE_CHECKING:
     from app.auth.keys import KeyRing
+    from app.auth.tokens import ExpectedClaims
     from app.auth.users import UserDirectory
     from app.backends.interface import Backend, RefreshTokenStore
     from app.config.settings import Settings
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 #: The one clock of tokens, stores and limits (app/config/clock.py).
 CLOCK = "clock"
 KEY_RING = "key_ring"
+#: TOKEN_ISSUER and TOKEN_AUDIENCE, or None (``app.auth.tokens.ExpectedClaims``).
+EXPECTED_CLAIMS = "expected_claims"
 #: The backend: the token store and the rate limits' counters (``app.backends.open_backend``).
 BACKEND = "backend"
 TOKEN_STORE = "token_store"  # noqa: S105  # a key of app.extensions, no secret
@@ -62,6 +65,12 @@ def get_key_ring() -> KeyRing:
     """Return the current app's key ring: the key that signs, and the ones that verify."""
     ring: KeyRing = current_app.extensions[KEY_RING]
     return ring
+
+
+def get_expected_claims() -> ExpectedClaims | None:
+    """Return the issuer and audiences the current app's access tokens carry, or None."""
+    expected: ExpectedClaims | None = current_app.extensions[EXPECTED_CLAIMS]
+    return expected
 
 
 def backend_of(app: Flask) -> Backend:

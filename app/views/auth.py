@@ -17,6 +17,7 @@ from app.events import Event, Reason
 from app.extensions import (
     current_settings,
     get_clock,
+    get_expected_claims,
     get_key_ring,
     get_login_failure_limit,
     get_rate_limiter,
@@ -268,5 +269,10 @@ def _access_token(username: str) -> str:
     settings = current_settings()
     role = role_for(username, settings.admin_username)
     return issue_access_token(
-        username, role, get_key_ring(), settings.access_token_lifetime, clock=get_clock()
+        username,
+        role,
+        get_key_ring(),
+        settings.access_token_lifetime,
+        clock=get_clock(),
+        expected=get_expected_claims(),
     )
