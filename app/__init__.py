@@ -34,6 +34,7 @@ from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
 from app.instance import prepare_instance
 from app.limits.address import init_rate_limit
+from app.oauth import init_oauth
 from app.observability.metrics import init_metrics
 from app.oidc import init_third_party_login
 from app.views import register_blueprints
@@ -55,6 +56,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None =
     init_request_log(app, settings)
     init_proxy_headers(app, settings)
     init_third_party_login(app, settings)
+    init_oauth(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)

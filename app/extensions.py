@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from app.config.settings import Settings
     from app.limits.address import RateLimiter
     from app.limits.login_failures import LoginFailureLimit
+    from app.oauth.clients import ClientRegistry
     from app.observability.metrics import Metrics
     from app.oidc.flow import LoginFlow
 
@@ -38,6 +39,9 @@ TOKEN_STORE = "token_store"  # noqa: S105  # a key of app.extensions, no secret
 RATE_LIMITER = "rate_limiter"
 LOGIN_FAILURE_LIMIT = "login_failure_limit"
 USER_DIRECTORY = "user_directory"
+#: The registered clients of CLIENTS_FILE, and their failed secrets' limit.
+CLIENT_REGISTRY = "client_registry"
+CLIENT_FAILURE_LIMIT = "client_failure_limit"
 METRICS = "metrics"
 LOGIN_FLOW = "third_party_login"
 #: The OpenAPI document's JSON, built on its first request.
@@ -101,6 +105,18 @@ def get_user_directory() -> UserDirectory | None:
     """Return the current app's user directory, or None: the open login."""
     directory: UserDirectory | None = current_app.extensions[USER_DIRECTORY]
     return directory
+
+
+def get_client_registry() -> ClientRegistry | None:
+    """Return the current app's registered clients, or None without CLIENTS_FILE."""
+    registry: ClientRegistry | None = current_app.extensions[CLIENT_REGISTRY]
+    return registry
+
+
+def get_client_failure_limit() -> LoginFailureLimit | None:
+    """Return the current app's limit of failed secrets per client id, or None."""
+    limit: LoginFailureLimit | None = current_app.extensions[CLIENT_FAILURE_LIMIT]
+    return limit
 
 
 def get_login_flow() -> LoginFlow | None:
