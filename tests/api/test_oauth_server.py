@@ -9,6 +9,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from openapi_spec_validator import validate as validate_spec
 
 from app.extensions import TOKEN_STORE
 from app.oauth.clients import read_clients_file, secret_digest
@@ -16,6 +17,7 @@ from app.oauth.credentials import basic_credentials
 from app.oauth.errors import OAuthError
 from tests.helpers.clock import ManualClock
 from tests.helpers.oauth import AUDIENCE, ISSUER, basic, register
+from tests.helpers.openapi import assert_documented, document_of, documented, routed
 from tests.helpers.tokens import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")
@@ -573,3 +575,32 @@ def test_basic_credentials_parse_or_refuse_any_header(header):
     except OAuthError as error:
         refusals.append(error.error)
     assert refusals in ([], ["invalid_client"])
+
+
+# The API document
+
+
+def test_the_oauth_endpoints_are_documented_and_answer_as_documented(oauth_app, oauth, secrets):
+    document = document_of(oauth)
+    assert documented(document) == routed(oauth_app)
+    validate_spec(document)
+    refresh_token = login(oauth)["refreshToken"]
+    answers = [
+        ("get", METADATA, oauth.get(METADATA)),
+        ("post", TOKEN, oauth.post(TOKEN, data=CREDENTIALS, headers=basic("svc", secrets["svc"]))),
+        (
+            "post",
+            TOKEN,
+            oauth.post(TOKEN, data={"grant_type": "refresh_token", "refresh_token": refresh_token}),
+        ),
+        ("post", TOKEN, oauth.post(TOKEN, data=CREDENTIALS)),
+        ("post", TOKEN, oauth.post(TOKEN, data={"grant_type": "x"})),
+        ("post", INTROSPECT, introspect(oauth, secrets, client_token(oauth, secrets, "ops"))),
+        ("post", INTROSPECT, introspect(oauth, secrets, refresh_token)),
+        ("post", INTROSPECT, introspect(oauth, secrets, "x")),
+        ("post", REVOKE, oauth.post(REVOKE, data={"token": refresh_token})),
+    ]
+    for method, path, answer in answers:
+        assert_documented(document, method, path, answer)
+    user = oauth.get("/user-accessible", headers=bearer(login(oauth)["accessToken"]))
+    assert_documented(document, "get", "/user-accessible", user)
