@@ -109,7 +109,8 @@ def refresh() -> Response:
     refresh_token = optional_string(fields, "refreshToken")
     if refresh_token is None:
         raise BadRequest("refreshToken is required")
-    if username_problem(username) is not None:  # no login recorded a token for it
+    if username_problem(username) is not None or reserved_for_clients(username):
+        # no login recorded a token for it (or one did before CLIENTS_FILE reserved it)
         note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
         raise Unauthorized()
     if current_settings().refresh_token_rotation:
@@ -193,9 +194,15 @@ def required_username(fields: dict[str, Any]) -> str:
     problem = token_username_problem(username)
     if problem is not None:
         raise BadRequest(f"username {problem}")
-    if username.startswith(CLIENT_USERNAME_PREFIX) and current_settings().clients_file:
+    if reserved_for_clients(username):
         raise BadRequest(f"username must not start with {CLIENT_USERNAME_PREFIX!r}")
     return username
+
+
+def reserved_for_clients(username: str) -> bool:
+    """Return whether ``username`` names a registered client (``client:<id>``, with
+    CLIENTS_FILE), which no login, and no refresh token recorded before, may act as."""
+    return username.startswith(CLIENT_USERNAME_PREFIX) and bool(current_settings().clients_file)
 
 
 def check_password(username: str, password: str | None) -> str | None:

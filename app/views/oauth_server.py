@@ -56,6 +56,7 @@ from app.views.auth import (
     limit_rate,
     record_login,
     required_username,
+    reserved_for_clients,
     rotated_tokens,
 )
 
@@ -149,7 +150,7 @@ def refresh_token_grant(fields: dict[str, Any]) -> Response:
     """Refresh as ``POST /token`` does, for the username the refresh token was recorded for."""
     refresh_token = string_field(fields, "refresh_token")
     owner = get_store().owner_of(refresh_token) if refresh_token else None
-    if owner is None:
+    if owner is None or reserved_for_clients(owner):
         note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
         raise invalid_grant("the refresh token is unknown")
     if current_settings().refresh_token_rotation:
@@ -186,7 +187,7 @@ def introspect() -> Response:
     if "." in presented:
         return jsonify(introspected_access_token(presented))
     owner = get_store().owner_of(presented) if presented else None
-    if owner is None or not in_directory(owner):
+    if owner is None or reserved_for_clients(owner) or not in_directory(owner):
         return jsonify(INACTIVE)
     return jsonify(refresh_token_answer(owner, role_for(owner, current_settings().admin_username)))
 

@@ -604,3 +604,16 @@ def test_the_oauth_endpoints_are_documented_and_answer_as_documented(oauth_app, 
         assert_documented(document, method, path, answer)
     user = oauth.get("/user-accessible", headers=bearer(login(oauth)["accessToken"]))
     assert_documented(document, "get", "/user-accessible", user)
+
+
+def test_a_refresh_token_recorded_for_a_client_name_before_clients_file_is_dead(
+    make_app, clients_file, secrets
+):
+    # an open login took "client:svc" while CLIENTS_FILE was unset, on the same store
+    before = login(make_app().test_client(), "client:svc")["refreshToken"]
+    oauth = make_app(CLIENTS_FILE=str(clients_file)).test_client()
+    spec = oauth.post("/token", json={"username": "client:svc", "refreshToken": before})
+    assert spec.status_code == 401
+    grant = oauth.post(TOKEN, data={"grant_type": "refresh_token", "refresh_token": before})
+    assert_oauth_error(grant, 400, "invalid_grant")
+    assert introspect(oauth, secrets, before).get_json() == {"active": False}
