@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from app.config import parsers as parse
+from app.config.parsers import AUDIENCE, ConfigError
 from app.oauth.clients import (
     RELOAD_INTERVAL,
     ClientRegistry,
@@ -83,3 +87,29 @@ def test_the_registry_reads_changes_within_a_second_and_keeps_the_last_good_file
     path.write_text(json.dumps({"svc": "broken"}))
     clock.advance(RELOAD_INTERVAL)
     assert registry.authenticate("svc", secret) is not None  # the file read before stays
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=200)
+def test_token_audience_parses_any_text_or_refuses_it_in_one_line(text):
+    try:
+        audiences = parse.audiences("TOKEN_AUDIENCE", text)
+    except ConfigError as error:
+        message = str(error)
+    else:
+        assert all(AUDIENCE.fullmatch(audience) for audience in audiences)
+        assert len(set(audiences)) == len(audiences)
+        return
+    assert "\n" not in message
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=200)
+def test_token_issuer_parses_any_text_or_refuses_it(text):
+    try:
+        issuer = parse.issuer("TOKEN_ISSUER", text)
+    except ConfigError:
+        return
+    assert issuer == text
+    assert "?" not in issuer
+    assert "#" not in issuer
