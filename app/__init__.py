@@ -15,17 +15,26 @@ from typing import Any
 from flask import Flask
 
 from app.auth.keys import settings_key_ring
+from app.auth.tokens import ExpectedClaims
 from app.auth.users import UserDirectory
 from app.backends import init_store
 from app.cli import register_commands
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import MAX_BODY_BYTES, Settings
-from app.extensions import CLOCK, KEY_RING, USER_DIRECTORY, clock_of, metrics_of
+from app.extensions import (
+    CLOCK,
+    EXPECTED_CLAIMS,
+    KEY_RING,
+    USER_DIRECTORY,
+    clock_of,
+    metrics_of,
+)
 from app.http.errors import register_error_handlers
 from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
 from app.instance import prepare_instance
 from app.limits.address import init_rate_limit
+from app.oauth import init_oauth
 from app.observability.metrics import init_metrics
 from app.oidc import init_third_party_login
 from app.views import register_blueprints
@@ -47,6 +56,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None =
     init_request_log(app, settings)
     init_proxy_headers(app, settings)
     init_third_party_login(app, settings)
+    init_oauth(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
     register_commands(app)
@@ -68,8 +78,13 @@ def configure(app: Flask, settings: Settings) -> None:
 
 
 def init_keys(app: Flask, settings: Settings) -> None:
-    """Load and check every key once, and attach the ring to ``app``."""
+    """Load and check every key once, and attach the ring to ``app``, with the issuer and
+    audiences its access tokens carry (None without TOKEN_ISSUER)."""
     app.extensions[KEY_RING] = settings_key_ring(settings)
+    expected = None
+    if settings.token_issuer is not None:
+        expected = ExpectedClaims(settings.token_issuer, settings.token_audience)
+    app.extensions[EXPECTED_CLAIMS] = expected
 
 
 def init_user_directory(app: Flask, settings: Settings) -> None:

@@ -18,23 +18,30 @@ from app.config.clock import Clock
 
 if TYPE_CHECKING:
     from app.auth.keys import KeyRing
+    from app.auth.tokens import ExpectedClaims
     from app.auth.users import UserDirectory
     from app.backends.interface import Backend, RefreshTokenStore
     from app.config.settings import Settings
     from app.limits.address import RateLimiter
     from app.limits.login_failures import LoginFailureLimit
+    from app.oauth.clients import ClientRegistry
     from app.observability.metrics import Metrics
     from app.oidc.flow import LoginFlow
 
 #: The one clock of tokens, stores and limits (app/config/clock.py).
 CLOCK = "clock"
 KEY_RING = "key_ring"
+#: TOKEN_ISSUER and TOKEN_AUDIENCE, or None (``app.auth.tokens.ExpectedClaims``).
+EXPECTED_CLAIMS = "expected_claims"
 #: The backend: the token store and the rate limits' counters (``app.backends.open_backend``).
 BACKEND = "backend"
 TOKEN_STORE = "token_store"  # noqa: S105  # a key of app.extensions, no secret
 RATE_LIMITER = "rate_limiter"
 LOGIN_FAILURE_LIMIT = "login_failure_limit"
 USER_DIRECTORY = "user_directory"
+#: The registered clients of CLIENTS_FILE, and their failed secrets' limit.
+CLIENT_REGISTRY = "client_registry"
+CLIENT_FAILURE_LIMIT = "client_failure_limit"
 METRICS = "metrics"
 LOGIN_FLOW = "third_party_login"
 #: The OpenAPI document's JSON, built on its first request.
@@ -62,6 +69,12 @@ def get_key_ring() -> KeyRing:
     """Return the current app's key ring: the key that signs, and the ones that verify."""
     ring: KeyRing = current_app.extensions[KEY_RING]
     return ring
+
+
+def get_expected_claims() -> ExpectedClaims | None:
+    """Return the issuer and audiences the current app's access tokens carry, or None."""
+    expected: ExpectedClaims | None = current_app.extensions[EXPECTED_CLAIMS]
+    return expected
 
 
 def backend_of(app: Flask) -> Backend:
@@ -92,6 +105,18 @@ def get_user_directory() -> UserDirectory | None:
     """Return the current app's user directory, or None: the open login."""
     directory: UserDirectory | None = current_app.extensions[USER_DIRECTORY]
     return directory
+
+
+def get_client_registry() -> ClientRegistry | None:
+    """Return the current app's registered clients, or None without CLIENTS_FILE."""
+    registry: ClientRegistry | None = current_app.extensions[CLIENT_REGISTRY]
+    return registry
+
+
+def get_client_failure_limit() -> LoginFailureLimit | None:
+    """Return the current app's limit of failed secrets per client id, or None."""
+    limit: LoginFailureLimit | None = current_app.extensions[CLIENT_FAILURE_LIMIT]
+    return limit
 
 
 def get_login_flow() -> LoginFlow | None:

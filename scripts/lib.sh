@@ -90,7 +90,7 @@ request() {
 answered() {
     local message=''
     if [[ $CONTENT_TYPE == application/json* ]]; then
-        message=$(jq -r 'objects | .message | strings' "$BODY" 2>/dev/null || true)
+        message=$(jq -r 'objects | (.message // .error) | strings' "$BODY" 2>/dev/null || true)
     elif [[ $CONTENT_TYPE == text/plain* ]]; then
         message=$(head -c 80 "$BODY")
     fi
@@ -145,6 +145,21 @@ print_body() {
 REQUEST_BODY=$SCRATCH/request
 json_body() {
     jq -n "$1" >"$REQUEST_BODY"
+}
+
+# form_body JQ_OBJECT: write the form request body (application/x-www-form-urlencoded)
+# of the object JQ_OBJECT builds to the file REQUEST_BODY, each value percent-encoded.
+form_body() {
+    jq -jn "$1 | to_entries | map(\"\\(.key)=\\(.value | @uri)\") | join(\"&\")" >"$REQUEST_BODY"
+}
+
+# client_header: write the HTTP Basic header of CLIENT_ID and CLIENT_SECRET (each
+# form-urlencoded first, RFC 6749 section 2.3.1) to the file AUTHORIZATION, for `-H @file`.
+client_header() {
+    [[ -n ${CLIENT_ID:-} && -n ${CLIENT_SECRET:-} ]] ||
+        usage "$SCRIPT needs CLIENT_ID and CLIENT_SECRET (from flask clients add)"
+    printf 'Authorization: Basic %s\n' \
+        "$(jq -rn '"\(env.CLIENT_ID | @uri):\(env.CLIENT_SECRET | @uri)" | @base64')" >"$AUTHORIZATION"
 }
 
 # bearer_header: write `Authorization: Bearer $ACCESS_TOKEN` to the file AUTHORIZATION,

@@ -9,6 +9,7 @@ import math
 import secrets
 import string
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jwt
@@ -45,6 +46,8 @@ VERIFIED_TOKEN_CACHE_SIZE = 1024
 REFUSED_TOKEN_CACHE_SIZE = 1024
 
 ACCESS_TOKEN_CLAIMS = ("username", "role", "iat", "exp")
+#: The claims an access token also carries, and must carry, with TOKEN_ISSUER set.
+STANDARD_CLAIMS = ("iss", "sub", "aud", "jti")
 #: The fields of the third-party user in a cookie token's ``sub``; each may be absent.
 COOKIE_USER_FIELDS = ("source", "id", "shownName")
 
@@ -95,6 +98,15 @@ class _RefusedTokens:
 _REFUSED = _RefusedTokens(REFUSED_TOKEN_CACHE_SIZE)
 
 
+@dataclass(frozen=True)
+class ExpectedClaims:
+    """TOKEN_ISSUER and TOKEN_AUDIENCE: the ``iss`` every access token carries and must
+    carry, and the audiences of which its ``aud`` must name one."""
+
+    issuer: str
+    audiences: tuple[str, ...]
+
+
 def role_for(username: str, admin_username: str) -> str:
     """Return the role of ``username``: ``admin`` for the configured admin, else ``user``."""
     return "admin" if username == admin_username else "user"
@@ -108,24 +120,53 @@ def issue_access_token(
     now: int | None = None,
     *,
     clock: Clock = SYSTEM_CLOCK,
+    expected: ExpectedClaims | None = None,
+    audiences: tuple[str, ...] = (),
 ) -> str:
     """Return an access token for ``username``, signed with the current key, that expires
-    ``lifetime`` seconds from ``now`` (by default, the ``clock``'s)."""
+    ``lifetime`` seconds from ``now`` (by default, the ``clock``'s).
+
+    With ``expected`` (TOKEN_ISSUER), the token also carries ``iss``, ``sub`` (the
+    username), ``aud`` (``audiences``, by default all of TOKEN_AUDIENCE; one is written
+    as a string) and a random ``jti``; without, SPEC.md's four claims only.
+    """
     issued_at = int(clock()) if now is None else now
-    claims = {"username": username, "role": role, "iat": issued_at, "exp": issued_at + lifetime}
+    claims: dict[str, Any] = {
+        "username": username,
+        "role": role,
+        "iat": issued_at,
+        "exp": issued_at + lifetime,
+    }
+    if expected is not None:
+        named = audiences or expected.audiences
+        claims.update(
+            iss=expected.issuer,
+            sub=username,
+            aud=named[0] if len(named) == 1 else list(named),
+            jti=secrets.token_urlsafe(16),
+        )
     return keys.current.sign(claims)
 
 
 def verify_access_token(
-    token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW, clock: Clock = SYSTEM_CLOCK
+    token: str,
+    keys: KeyRing,
+    clock_skew: int = DEFAULT_CLOCK_SKEW,
+    clock: Clock = SYSTEM_CLOCK,
+    expected: ExpectedClaims | None = None,
 ) -> dict[str, Any]:
-    """Return the claims of a valid access token, or raise InvalidTokenError."""
+    """Return the claims of a valid access token, or raise InvalidTokenError.
+
+    With ``expected``, the token must also carry its ``iss``, an ``aud`` naming one of its
+    audiences, a ``sub`` equal to its ``username`` and a ``jti``: a token of another
+    issuer or for another audience is refused as a forged one is.
+    """
     refused = _REFUSED.reason(token, keys)
     if refused is not None:
         raise InvalidTokenError("token was refused before", refused, permanent=True)
     try:
-        username, role, issued_at, expires_at = _verified_access_claims(
-            token, keys, clock_skew, clock
+        username, role, issued_at, expires_at, standard = _verified_access_claims(
+            token, keys, clock_skew, clock, expected
         )
     except InvalidTokenError as error:
         if error.permanent:
@@ -134,7 +175,10 @@ def verify_access_token(
     # A cached verification must not outlive the token: expiry is checked every time.
     if clock() >= expires_at:
         raise InvalidTokenError("token has expired", EXPIRED)
-    return {"username": username, "role": role, "iat": issued_at, "exp": expires_at}
+    claims = {"username": username, "role": role, "iat": issued_at, "exp": expires_at}
+    if standard:
+        claims.update(standard)
+    return claims
 
 
 # A per-process cache is module state, which the service otherwise keeps out: it holds
@@ -142,15 +186,26 @@ def verify_access_token(
 # apps or go stale, and it takes PyJWT's verification off most requests.
 @functools.lru_cache(maxsize=VERIFIED_TOKEN_CACHE_SIZE)
 def _verified_access_claims(
-    token: str, keys: KeyRing, clock_skew: int, clock: Clock
-) -> tuple[str, str, int, int]:
+    token: str, keys: KeyRing, clock_skew: int, clock: Clock, expected: ExpectedClaims | None
+) -> tuple[str, str, int, int, dict[str, Any] | None]:
     # Clients send the same token for its whole lifetime, and PyJWT spends most of a
     # request's CPU on it; only tokens that verified are cached (a raise is not), keyed
     # by the exact token text, so a forged or altered token never hits the cache, and
     # by the key ring (compared by identity), so a token is only ever taken as verified
     # by the keys it was verified with, and by the clock it was checked against. A cached
-    # iat stays acceptable: it only moves further into the past.
-    claims = _decode(token, keys, clock_skew, clock, required=ACCESS_TOKEN_CLAIMS)
+    # iat stays acceptable: it only moves further into the past. The expected issuer
+    # and audiences are part of the key, so a token is only taken by the app that expects them.
+    if expected is None:
+        claims = _decode(token, keys, clock_skew, clock, required=ACCESS_TOKEN_CLAIMS)
+    else:
+        claims = _decode(
+            token,
+            keys,
+            clock_skew,
+            clock,
+            required=ACCESS_TOKEN_CLAIMS + STANDARD_CLAIMS,
+            expected=expected,
+        )
     username, role = claims["username"], claims["role"]
     if not isinstance(username, str) or not 0 < len(username) <= MAX_USERNAME_LENGTH:
         raise InvalidTokenError("username claim must be a non-empty string")
@@ -158,7 +213,14 @@ def _verified_access_claims(
         raise InvalidTokenError("role claim must be admin or user")
     if not (_is_integer(claims["iat"]) and _is_integer(claims["exp"])):
         raise InvalidTokenError("iat and exp claims must be integers")
-    return username, role, claims["iat"], claims["exp"]
+    if expected is None:
+        return username, role, claims["iat"], claims["exp"], None
+    if claims["sub"] != username:
+        raise InvalidTokenError("sub claim must be the username")
+    if not isinstance(claims["jti"], str):
+        raise InvalidTokenError("jti claim must be a string")
+    standard = {name: claims[name] for name in STANDARD_CLAIMS}
+    return username, role, claims["iat"], claims["exp"], standard
 
 
 def issue_cookie_token(
@@ -228,6 +290,7 @@ def _decode(
     *,
     required: tuple[str, ...],
     verify_sub: bool = True,
+    expected: ExpectedClaims | None = None,
 ) -> dict[str, Any]:
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidTokenError("token is too long")
@@ -257,6 +320,8 @@ def _decode(
                 "verify_nbf": False,
             },
             leeway=0,
+            issuer=None if expected is None else expected.issuer,
+            audience=None if expected is None else list(expected.audiences),
         )
     except jwt.InvalidSignatureError as error:
         raise InvalidTokenError(str(error), BAD_SIGNATURE, permanent=True) from None

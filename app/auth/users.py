@@ -102,9 +102,15 @@ def read_users_file(path: str) -> dict[str, str]:
 
 def write_users_file(path: str, users: dict[str, str]) -> None:
     """Replace the file at ``path`` with ``users`` at once: mode 0600, the same owner."""
-    text = json.dumps(users, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+    replace_json_file(path, users, ".users-")
+
+
+def replace_json_file(path: str, document: object, prefix: str) -> None:
+    """Replace the file at ``path`` with the JSON of ``document`` at once, through a temporary
+    file named ``<prefix>...`` beside it: mode 0600, the same owner, on disk before it returns."""
+    text = json.dumps(document, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
     folder = os.path.dirname(path)
-    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=".users-", suffix=".tmp")
+    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             with contextlib.suppress(FileNotFoundError):

@@ -22,7 +22,7 @@ from app.auth.users import (
 )
 from app.backends.interface import BackendUnavailable
 from app.cli.arguments import read_one_line, valid_username
-from app.config.usernames import username_problem
+from app.config.usernames import CLIENT_USERNAME_PREFIX, username_problem
 from app.events import Event
 from app.extensions import current_settings, get_store
 from app.observability.logging_config import logging_config
@@ -114,6 +114,8 @@ def add_user_command(name: str, replace: bool) -> None:
     Every refresh token of NAME is revoked, with a new password as with a new user.
     """
     path = users_file()
+    if name.startswith(CLIENT_USERNAME_PREFIX) and current_settings().clients_file:
+        raise click.UsageError(f"{CLIENT_USERNAME_PREFIX!r} starts the registered clients' names")
     hashed = HASHER.hash(read_password())
     existed = False
 

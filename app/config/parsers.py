@@ -35,6 +35,8 @@ HOW_TO_GENERATE_ONE = (
 )
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
+#: One audience of TOKEN_AUDIENCE or of a registered client: a URL or a plain name.
+AUDIENCE = re.compile(r"[!-+\--~]{1,256}")
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 #: A rate limit's window of zero: ``5 per 0 seconds``, ``5/0 minute``.
 ZERO_WINDOW = re.compile(r"(/|\bper)\s*0+\s*[a-z]", re.IGNORECASE)
@@ -256,6 +258,31 @@ def url(name: str, value: str) -> str:
     if parts.scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
         raise ConfigError(f"{name} must use https (http is allowed on loopback only)")
     return value.rstrip("/")
+
+
+def issuer(name: str, value: str) -> str:
+    """Return an issuer identifier (RFC 8414, section 2): an http(s) URL, kept exactly as
+    written (every token's ``iss`` and every verifier's setting must match it byte for
+    byte), with no query and no fragment."""
+    url(name, value)
+    parts = urlsplit(value)
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise ConfigError(f"{name} must be a URL with no query and no fragment, got {value!r}")
+    return value
+
+
+def audiences(name: str, value: str) -> tuple[str, ...]:
+    """Return comma-separated audiences: each printable ASCII with no space, none twice."""
+    names = tuple(item.strip() for item in value.split(",") if item.strip())
+    for audience in names:
+        if not AUDIENCE.fullmatch(audience):
+            raise ConfigError(
+                f"{name}: an audience is 1 to 256 printable ASCII characters, no space"
+                f" or comma, got {audience[:40]!r}"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{name} names an audience twice")
+    return names
 
 
 def redirect_target(name: str, value: str) -> str:

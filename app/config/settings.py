@@ -19,6 +19,7 @@ from app.config import parsers as parse
 from app.config.names import PROVIDER_SETTING, resembled_setting
 from app.config.parsers import ConfigError, IPNetwork, Parser
 from app.config.store_url import POSTGRES_PREFIXES
+from app.config.usernames import CLIENT_USERNAME_PREFIX
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LogFormat = Literal["json", "text"]
@@ -229,6 +230,13 @@ class Settings:
         parse.rate_limits("LOGIN_FAILURE_LIMIT", DEFAULT_LOGIN_FAILURE_LIMIT),
     )
 
+    #: None: tokens carry SPEC.md's claims only; else their ``iss`` (docs/oauth.md).
+    token_issuer: str | None = setting("TOKEN_ISSUER", parse.issuer, None)
+    #: The ``aud`` of access tokens, and the audiences a token must name one of; (): none.
+    token_audience: tuple[str, ...] = setting("TOKEN_AUDIENCE", parse.audiences, ())
+    #: None: no registered clients and no /oauth/ endpoints; else the clients' file.
+    clients_file: str | None = setting("CLIENTS_FILE", parse.absolute_path, None)
+
     @classmethod
     def load(
         cls,
@@ -286,6 +294,18 @@ class Settings:
                     raise ConfigError(
                         f"{name.upper()} is for SIGNING_ALGORITHM=EdDSA or ES256 (it is HS256)"
                     )
+        if bool(values.get("token_issuer")) != bool(values.get("token_audience")):
+            raise ConfigError(
+                "TOKEN_ISSUER and TOKEN_AUDIENCE go together: set both (tokens then carry"
+                " iss and aud, and verification requires them) or neither"
+            )
+        if values.get("clients_file") and str(values.get("admin_username", "admin")).startswith(
+            CLIENT_USERNAME_PREFIX
+        ):
+            raise ConfigError(
+                f"ADMIN_USERNAME must not start with {CLIENT_USERNAME_PREFIX!r} with CLIENTS_FILE:"
+                " those names are the registered clients'"
+            )
         values.setdefault("instance_path", DEFAULT_INSTANCE_PATH)  # read now: tests change it
         settings = cls(**values)
         settings.check_reach()

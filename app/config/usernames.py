@@ -6,6 +6,9 @@ import re
 
 #: Longest username accepted at login and in a token, in characters.
 MAX_USERNAME_LENGTH = 256
+#: The start of a registered client's username in its tokens (``client:<id>``), which no
+#: login may take while CLIENTS_FILE is set.
+CLIENT_USERNAME_PREFIX = "client:"
 #: Characters no username may hold, as it travels into claims, log lines and HTTP headers:
 #: C0 and C1 controls and DEL (NUL, CR, LF...), the Unicode line and paragraph separators,
 #: and the bidirectional embeddings, overrides and isolates, which reorder how a log line

@@ -42,7 +42,7 @@ from app.extensions import RATE_LIMITER, backend_of, clock_of
 from app.http.proxy import FORWARDED_KEY, parse_address
 from app.http.request_log import note
 from app.limits.failures import CounterFailures
-from app.limits.login_failures import init_login_failure_limit
+from app.limits.login_failures import init_client_failure_limit, init_login_failure_limit
 
 #: Distinct client addresses whose key each process remembers.
 KEYS_CACHED = 4096
@@ -151,3 +151,4 @@ def init_rate_limit(app: Flask, settings: Settings) -> None:
         )
     app.extensions[RATE_LIMITER] = limiter
     init_login_failure_limit(app, settings)
+    init_client_failure_limit(app, settings)

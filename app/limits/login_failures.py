@@ -53,7 +53,13 @@ from app.auth.keys import KeyRing
 from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import HS256, Settings
-from app.extensions import KEY_RING, LOGIN_FAILURE_LIMIT, backend_of, clock_of
+from app.extensions import (
+    CLIENT_FAILURE_LIMIT,
+    KEY_RING,
+    LOGIN_FAILURE_LIMIT,
+    backend_of,
+    clock_of,
+)
 from app.limits.failures import CounterFailures
 
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
@@ -198,3 +204,21 @@ def init_login_failure_limit(app: Flask, settings: Settings) -> None:
             clock_of(app),
         )
     app.extensions[LOGIN_FAILURE_LIMIT] = limit
+
+
+def init_client_failure_limit(app: Flask, settings: Settings) -> None:
+    """Attach the limit of failed client secrets per client id to ``app``: None without
+    CLIENTS_FILE or with LOGIN_FAILURE_LIMIT=off.
+
+    It counts on the counters of ``client:<id>``, a username no login can take, so a
+    client and a user never share a count.
+    """
+    limit = None
+    if settings.clients_file is not None and settings.login_failure_limit:
+        limit = LoginFailureLimit(
+            settings.login_failure_limit,
+            backend_of(app).counters,
+            counters_secret(settings, app.extensions[KEY_RING]),
+            clock_of(app),
+        )
+    app.extensions[CLIENT_FAILURE_LIMIT] = limit

@@ -12,11 +12,17 @@ from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
 from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
-from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem, username_problem
+from app.config.usernames import (
+    CLIENT_USERNAME_PREFIX,
+    MAX_USERNAME_LENGTH,
+    token_username_problem,
+    username_problem,
+)
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
     get_clock,
+    get_expected_claims,
     get_key_ring,
     get_login_failure_limit,
     get_rate_limiter,
@@ -58,18 +64,8 @@ def login() -> Response:
     fields = read_fields()
     username = required_username(fields)
     verified = check_password(username, optional_string(fields, "password"))
-    refresh_token = new_refresh_token()
-    store = get_store()
-    store.issue(refresh_token, username)
-    users = get_user_directory()
-    if users is not None and verified is not None and not users.still_holds(username, verified):
-        # `flask users` changed or removed the user after the password was checked, and may
-        # have revoked the user's tokens before this one was recorded
-        store.revoke(refresh_token)
-        note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
-        raise Unauthorized()
-    note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
-    response = jsonify(accessToken=_access_token(username), refreshToken=refresh_token)
+    refresh_token = record_login(username, verified)
+    response = jsonify(accessToken=access_token_for(username), refreshToken=refresh_token)
     failures = get_login_failure_limit()
     if verified is not None and failures is not None:  # this browser's logins count apart
         response.set_cookie(
@@ -84,6 +80,23 @@ def login() -> Response:
     return response
 
 
+def record_login(username: str, verified: str | None) -> str:
+    """Record a new refresh token for ``username``, whose password (hash ``verified``, None
+    without a user directory) was just checked, and return it; 401 if the user changed."""
+    refresh_token = new_refresh_token()
+    store = get_store()
+    store.issue(refresh_token, username)
+    users = get_user_directory()
+    if users is not None and verified is not None and not users.still_holds(username, verified):
+        # `flask users` changed or removed the user after the password was checked, and may
+        # have revoked the user's tokens before this one was recorded
+        store.revoke(refresh_token)
+        note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
+        raise Unauthorized()
+    note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
+    return refresh_token
+
+
 @bp.post("/token")
 def refresh() -> Response:
     """Issue a new access token for a refresh token recorded for exactly that username.
@@ -96,11 +109,13 @@ def refresh() -> Response:
     refresh_token = optional_string(fields, "refreshToken")
     if refresh_token is None:
         raise BadRequest("refreshToken is required")
-    if username_problem(username) is not None:  # no login recorded a token for it
+    if username_problem(username) is not None or reserved_for_clients(username):
+        # no login recorded a token for it (or one did before CLIENTS_FILE reserved it)
         note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
         raise Unauthorized()
     if current_settings().refresh_token_rotation:
-        return _rotate(refresh_token, username)
+        access_token, successor = rotated_tokens(refresh_token, username)
+        return jsonify(accessToken=access_token, refreshToken=successor)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         note(
@@ -110,11 +125,12 @@ def refresh() -> Response:
         raise Unauthorized()
     refuse_unknown_user(username)
     note(user=username, event=Event.REFRESH)
-    return jsonify(accessToken=_access_token(username))
+    return jsonify(accessToken=access_token_for(username))
 
 
-def _rotate(refresh_token: str, username: str) -> Response:
-    """Answer /token with rotation: a successor replaces the token, and its reuse is caught."""
+def rotated_tokens(refresh_token: str, username: str) -> tuple[str, str]:
+    """Return a new access token and the successor that replaces ``refresh_token`` (rotation),
+    whose reuse is caught; 401 for an unknown token, another user's, or a reuse."""
     successor = successor_of(refresh_token)  # it carries the family's lineage
     rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
     if rotation is None or rotation.outcome is Outcome.UNKNOWN:
@@ -138,7 +154,7 @@ def _rotate(refresh_token: str, username: str) -> Response:
         raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
-    return jsonify(accessToken=_access_token(username), refreshToken=successor)
+    return access_token_for(username), successor
 
 
 def in_directory(username: str) -> bool:
@@ -178,7 +194,15 @@ def required_username(fields: dict[str, Any]) -> str:
     problem = token_username_problem(username)
     if problem is not None:
         raise BadRequest(f"username {problem}")
+    if reserved_for_clients(username):
+        raise BadRequest(f"username must not start with {CLIENT_USERNAME_PREFIX!r}")
     return username
+
+
+def reserved_for_clients(username: str) -> bool:
+    """Return whether ``username`` names a registered client (``client:<id>``, with
+    CLIENTS_FILE), which no login, and no refresh token recorded before, may act as."""
+    return username.startswith(CLIENT_USERNAME_PREFIX) and bool(current_settings().clients_file)
 
 
 def check_password(username: str, password: str | None) -> str | None:
@@ -263,10 +287,15 @@ def revoke(refresh_token: str) -> Response:
     return bodiless(204)
 
 
-def _access_token(username: str) -> str:
+def access_token_for(username: str) -> str:
     """Return an access token for ``username`` with the role the settings give it."""
     settings = current_settings()
     role = role_for(username, settings.admin_username)
     return issue_access_token(
-        username, role, get_key_ring(), settings.access_token_lifetime, clock=get_clock()
+        username,
+        role,
+        get_key_ring(),
+        settings.access_token_lifetime,
+        clock=get_clock(),
+        expected=get_expected_claims(),
     )

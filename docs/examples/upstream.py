@@ -17,6 +17,11 @@ flood of made-up kids costs the token service one request, not one each. A token
 refused (401) for a bad signature, an algorithm other than ``ALGORITHMS``, a missing
 claim or an ``exp`` reached, and when its kid is in no key set; 503 when the key set
 cannot be fetched: never a pass.
+
+Issuer and audience: when the token service sets ``TOKEN_ISSUER`` and ``TOKEN_AUDIENCE``,
+give this service the same ``TOKEN_ISSUER`` and its own audience in ``TOKEN_AUDIENCE``:
+a token is then refused unless its ``iss`` is that issuer and its ``aud`` names that
+audience, so a token minted for another service is not valid here.
 """
 
 from __future__ import annotations
@@ -38,8 +43,16 @@ ROLES = ("admin", "user")
 JWKS_CACHE_SECONDS = 300
 
 
-def create_upstream(jwks_url: str, *, refetch_cooldown: float = 30.0) -> Flask:
-    """Return the example service, verifying tokens with the keys at ``jwks_url``."""
+def create_upstream(
+    jwks_url: str,
+    *,
+    refetch_cooldown: float = 30.0,
+    issuer: str | None = None,
+    audience: str | None = None,
+) -> Flask:
+    """Return the example service, verifying tokens with the keys at ``jwks_url``; with
+    ``issuer`` and ``audience``, only tokens whose ``iss`` and ``aud`` name them."""
+    required = REQUIRED_CLAIMS + (["iss", "aud", "sub"] if issuer else [])
     app = Flask(__name__)
     keys = jwt.PyJWKClient(
         jwks_url,
@@ -61,7 +74,12 @@ def create_upstream(jwks_url: str, *, refetch_cooldown: float = 30.0) -> Flask:
                 try:
                     key = keys.get_signing_key_from_jwt(token)  # by kid; refetched if unknown
                     claims = jwt.decode(
-                        token, key, algorithms=ALGORITHMS, options={"require": REQUIRED_CLAIMS}
+                        token,
+                        key,
+                        algorithms=ALGORITHMS,
+                        options={"require": required},
+                        issuer=issuer,  # None: not checked
+                        audience=audience,  # None: a token naming any audience is refused
                     )
                 except jwt.PyJWKClientConnectionError:
                     return service_unavailable()  # no keys, no answer: fail closed
@@ -103,4 +121,8 @@ def service_unavailable() -> tuple[Response, int]:
 def create_app() -> Flask:
     """Build the example for ``flask --app``: the token service at ``TOKEN_SERVICE_URL``."""
     base = os.environ.get("TOKEN_SERVICE_URL", "http://127.0.0.1:8080").rstrip("/")
-    return create_upstream(f"{base}/.well-known/jwks.json")
+    return create_upstream(
+        f"{base}/.well-known/jwks.json",
+        issuer=os.environ.get("TOKEN_ISSUER") or None,
+        audience=os.environ.get("TOKEN_AUDIENCE") or None,
+    )

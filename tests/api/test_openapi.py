@@ -31,6 +31,7 @@ from tests.helpers.openapi import (
     assert_documented,
     document_of,
     documented,
+    routed,
     validator,
     variables_blanked,
 )
@@ -61,16 +62,6 @@ DOCUMENT_FILE = ROOT / "app" / "openapi" / "openapi.json"
 @pytest.fixture
 def document(client: FlaskClient) -> dict[str, Any]:
     return document_of(client)
-
-
-def routed(app: Flask) -> set[tuple[str, str]]:
-    return {
-        (variables_blanked(rule.rule), method.lower())
-        for rule in app.url_map.iter_rules()
-        if rule.endpoint != "static"
-        for method in rule.methods or ()
-        if method != "OPTIONS"  # PROVIDE_AUTOMATIC_OPTIONS is off: no route serves it
-    }
 
 
 def test_document_is_valid_openapi_3_1(document):

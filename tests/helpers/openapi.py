@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flask import Response
+from flask import Flask, Response
 from flask.testing import FlaskClient
 from openapi_schema_validator import OAS31Validator
 
@@ -68,6 +68,17 @@ HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "tra
 def variables_blanked(path: str) -> str:
     """Return a path with each variable, Flask's ``<...>`` or OpenAPI's ``{...}``, as ``{}``."""
     return re.sub(r"<[^>]*>|\{[^}]*\}", "{}", path)
+
+
+def routed(app: Flask) -> set[tuple[str, str]]:
+    """Return every path and method ``app`` routes, as ``documented`` names them."""
+    return {
+        (variables_blanked(rule.rule), method.lower())
+        for rule in app.url_map.iter_rules()
+        if rule.endpoint != "static"
+        for method in rule.methods or ()
+        if method != "OPTIONS"  # PROVIDE_AUTOMATIC_OPTIONS is off: no route serves it
+    }
 
 
 def documented(document: dict[str, Any]) -> set[tuple[str, str]]:

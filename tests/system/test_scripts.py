@@ -25,6 +25,9 @@ ACCESS = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJlc2lnbmF0dXJl"
 REFRESH = "R3fr3shT0k3nR3fr3shT0k3nR3fr3shT0k3nR3fr3s"
 COOKIE = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOnt9fQ.Y29va2llY29va2llY29va2ll"
 
+#: A registered client's credentials, for the OAuth scripts; never to be echoed.
+CLIENT = {"CLIENT_ID": "billing", "CLIENT_SECRET": "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2Vj"}
+
 #: Every script, once per expectation it can be asked for, with the inputs it needs.
 INVOCATIONS = [
     ("health.sh", [], {}),
@@ -43,6 +46,11 @@ INVOCATIONS = [
     ("me.sh", [], {"EXPECT": "unauthorized"}),
     ("logout.sh", [], {}),
     ("metrics.sh", [], {}),
+    # the OAuth scripts, green in tests/system/test_oauth_clients.py (a server with clients)
+    ("oauth-metadata.sh", [], {}),
+    ("client-token.sh", [], CLIENT),
+    ("introspect.sh", [ACCESS], CLIENT),
+    ("oauth-revoke.sh", [REFRESH], {}),
 ]
 
 
@@ -258,7 +266,7 @@ def wrong_service(request) -> Iterator[str]:
 def test_a_wrong_service_fails_the_script_with_one_line(wrong_service, script, args, env):
     stderr = assert_one_line_failure(run(script, *args, base_url=wrong_service, **env))
     assert stderr.startswith(f"{script}: ")
-    for secret in (ACCESS, REFRESH, COOKIE):
+    for secret in (ACCESS, REFRESH, COOKIE, CLIENT["CLIENT_SECRET"]):
         assert secret not in stderr
     assert "\x1b" not in stderr
 
@@ -276,6 +284,10 @@ def test_a_wrong_service_fails_the_script_with_one_line(wrong_service, script, a
         ("me.sh", [], {}),
         ("me.sh", [], {"COOKIE_JAR": "/nonexistent/jar"}),
         ("logout.sh", [], {"AUTH_COOKIE_NAME": "a;b"}),
+        ("client-token.sh", [], {"CLIENT_ID": "billing"}),
+        ("introspect.sh", [], CLIENT),
+        ("introspect.sh", [ACCESS], {}),
+        ("oauth-revoke.sh", [], {}),
         ("health.sh", [], {"BASE_URL": "file:///etc/passwd"}),
         ("health.sh", [], {"BASE_URL": "http://127.0.0.1:1/\noutput = /tmp/x"}),
     ],

@@ -58,6 +58,7 @@ HOMONYMS = {
     ("app/observability/metrics.py", "rate_limited"),  # a slot
     ("app/views/auth.py", "login"),  # the rate limit's endpoint
     ("app/views/auth.py", "revoke"),  # the rate limit's endpoint
+    ("app/views/oauth_server.py", "revoke"),  # the rate limit's endpoint, as DELETE /token's
     ("app/backends/redis/store.py", "login"),  # a Lua script's name
     ("app/backends/redis/store.py", "revoke"),  # a Lua script's name
 }

@@ -1,0 +1,29 @@
+"""``GET /.well-known/oauth-authorization-server``: the server's metadata (RFC 8414).
+
+Registered only with TOKEN_ISSUER: without it the path is a 404 like any unknown one.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify, request
+
+from app.extensions import current_settings, get_key_ring
+from app.oauth.metadata import METADATA_PATH, server_metadata
+
+bp = Blueprint("server_metadata", __name__)
+
+#: How long clients may cache the document, in seconds: it changes only with the settings.
+METADATA_MAX_AGE = 300
+
+
+@bp.get(METADATA_PATH)
+def metadata() -> Response:
+    """Answer the metadata document, built from the settings."""
+    settings = current_settings()
+    ring = get_key_ring()
+    base_url = settings.public_url or request.host_url.rstrip("/") + request.script_root
+    algorithms = sorted({key.algorithm for key in ring.keys})
+    response = jsonify(server_metadata(settings, base_url, algorithms, ring.jwks is not None))
+    response.cache_control.public = True
+    response.cache_control.max_age = METADATA_MAX_AGE
+    return response
