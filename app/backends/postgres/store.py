@@ -27,12 +27,14 @@ from app.backends.interface import (
     BackendUnavailable,
     DenyEntry,
     Imported,
+    LoginClient,
     Outcome,
     Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    SessionPage,
     StoredToken,
     TokenRecord,
     batches,
@@ -120,17 +122,18 @@ class PostgresTokenStore(RefreshTokenStore):
         self.relaxed = durability == "relaxed"
         self.location = client.location
 
-    def issue(self, token: str, username: str) -> None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
         now, policy = self.clock(), self.policy
         digest = token_digest(token)
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one INSERT
             self._execute(INSERT_RELAXED if self.relaxed else INSERT, (digest, username, int(now)))
-            return
+            return None
         expires_at = int(now) + policy.lifetime if policy.lifetime else None
         self._execute(
             ISSUE_RELAXED if self.relaxed else ISSUE,
             (digest, username, now, expires_at, policy.per_user, PURGE_BATCH),
         )
+        return None
 
     def owner_of(self, token: str) -> str | None:
         row = self._fetch_one(OWNER_OF, (token_digest(token), math.floor(self.clock())))
@@ -169,6 +172,18 @@ class PostgresTokenStore(RefreshTokenStore):
                 {"username": username, "now": math.floor(self.clock())},
             ).fetchall()
         return [TokenRecord.of(digest, username, int(at)) for digest, at in rows]
+
+    def sessions_of(self, username: str, limit: int = 50, after: str | None = None) -> SessionPage:
+        raise NotImplementedError  # sessions come in the next step
+
+    def end_session(self, username: str, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        raise NotImplementedError
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        raise NotImplementedError
 
     def revoke_all(self, username: str) -> int:
         return int(self._value("SELECT token_store_revoke_all(%s, %s)", (username, self.clock())))

@@ -52,14 +52,17 @@ from app.backends.interface import (
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
+    Cutoff,
     DenyEntry,
     Imported,
+    LoginClient,
     Outcome,
     Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    SessionPage,
     StoredToken,
     TokenRecord,
     batches,
@@ -127,7 +130,7 @@ class RedisTokenStore(RefreshTokenStore):
             scripts["login"],
         )
 
-    def issue(self, token: str, username: str) -> None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: lua/login.lua
@@ -135,13 +138,14 @@ class RedisTokenStore(RefreshTokenStore):
             args = (username, issued_at, _microseconds(now), digest)
             with self._answering():  # the Script loads itself where Redis lacks it
                 self._login(keys=keys, args=args)
-            return
+            return None
         expires_at = issued_at + policy.lifetime if policy.lifetime else ""
         with self._answering():
             self._run(
                 self._issue, [], digest, username, repr(now), issued_at, expires_at,
                 policy.per_user, PURGE_BATCH, _microseconds(now),
             )  # fmt: skip
+        return None
 
     def owner_of(self, token: str) -> str | None:
         try:
@@ -189,6 +193,18 @@ class RedisTokenStore(RefreshTokenStore):
             for digest, at in zip(digests, times, strict=True)
             if at is not None  # expired between the two reads
         ]
+
+    def sessions_of(self, username: str, limit: int = 50, after: str | None = None) -> SessionPage:
+        raise NotImplementedError  # sessions come in the next step
+
+    def end_session(self, username: str, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        raise NotImplementedError
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        raise NotImplementedError
 
     def revoke_all(self, username: str) -> int:
         with self._answering():
@@ -281,6 +297,8 @@ class RedisTokenStore(RefreshTokenStore):
                             px=max(1, math.ceil((record.until - now) * 1000)),
                         )  # fmt: skip
                         denied += 1
+                        continue
+                    if isinstance(record, Cutoff):
                         continue
                     exists = next(found)
                     if exists:
