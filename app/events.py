@@ -26,6 +26,10 @@ class Event(StrEnum):
     REFRESH_TOKEN_REUSE = "refresh_token_reuse"
     REFRESH_TOKEN_RETRY = "refresh_token_retry"
     REVOKE = "revoke"
+    #: One session ended (its refresh tokens revoked): by its user, an admin or a command.
+    SESSION_ENDED = "session_ended"
+    #: Every session of a user ended and a cut-off set: by the user, an admin or a command.
+    LOGGED_OUT_EVERYWHERE = "logged_out_everywhere"
     #: The third-party login's cookie token logged out (POST /auth/logout).
     LOGOUT = "logout"
     RATE_LIMITED = "rate_limited"

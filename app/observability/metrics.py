@@ -61,6 +61,8 @@ TOKEN_EVENT_OF: dict[str, str | None] = {
     Event.REFRESH_TOKEN_RETRY: "refreshed",
     Event.REVOKE: None,  # "revoked" only when the token was known: the ``revoked`` note
     Event.LOGOUT: None,  # a cookie token denied: no refresh token issued or revoked
+    Event.SESSION_ENDED: None,  # a session's tokens revoked: not one token presented
+    Event.LOGGED_OUT_EVERYWHERE: None,
     Event.LOGIN_FAILED: None,
     Event.LOGIN_LIMITED: None,
     Event.REFRESH_FAILED: None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.views import auth, console, gateway, jwks, me, oauth, ops, resources
+from app.views import auth, console, gateway, jwks, me, oauth, ops, resources, sessions
 
 
 def register_blueprints(app: Flask) -> None:
@@ -16,4 +16,5 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(oauth.bp)
     app.register_blueprint(ops.bp)
     app.register_blueprint(jwks.bp)
+    app.register_blueprint(sessions.bp)
     app.register_blueprint(console.bp)

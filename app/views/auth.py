@@ -11,7 +11,13 @@ from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests,
 from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
-from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
+from app.backends.interface import (
+    BackendUnavailable,
+    LoginClient,
+    Outcome,
+    shown_digest,
+    successor_of,
+)
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem, username_problem
 from app.events import Event, Reason
 from app.extensions import (
@@ -60,7 +66,7 @@ def login() -> Response:
     verified = check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
     store = get_store()
-    store.issue(refresh_token, username)
+    store.issue(refresh_token, username, login_client())
     users = get_user_directory()
     if users is not None and verified is not None and not users.still_holds(username, verified):
         # `flask users` changed or removed the user after the password was checked, and may
@@ -218,6 +224,12 @@ def check_password(username: str, password: str | None) -> str | None:
     if failures is not None:
         failures.succeeded(username, device)
     return verified
+
+
+def login_client() -> LoginClient:
+    """Return what a session keeps of the client that logs in: its address, as the request
+    log reads it, and its User-Agent as sent (the store cuts it short)."""
+    return LoginClient(request.remote_addr or "", request.user_agent.string)
 
 
 def limit_rate(endpoint: str) -> None:

@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 import pytest
 
 from app.views.console import CONTENT_SECURITY_POLICY, FILES, console_file
+from tests.helpers.openapi import assert_documented, document_of
 
 pytestmark = pytest.mark.store("sqlite")  # the console's files need no store
 
@@ -109,3 +110,10 @@ def test_no_other_file_of_the_console_is_served(client):
     response = client.get("/admin")
     assert response.status_code == 308
     assert response.headers["Location"].endswith("/admin/")
+
+
+def test_the_console_s_answers_are_those_the_api_document_lists(client):
+    document = document_of(client)
+    for path in PATHS:
+        for method in ["get", "head"]:
+            assert_documented(document, method, path, client.open(path, method=method))

@@ -54,6 +54,15 @@ CONTRACT = {
     ("/readyz", "get"),
     ("/openapi.json", "get"),
 }
+#: The sessions API's operations: every one takes a Bearer token.
+SESSION_OPERATIONS = [
+    ("/sessions", "get"),
+    ("/sessions", "head"),
+    ("/sessions/{id}", "delete"),
+    ("/admin/users/{username}/sessions", "get"),
+    ("/admin/users/{username}/sessions", "head"),
+    ("/admin/users/{username}/sessions/{id}", "delete"),
+]
 FORM = "application/x-www-form-urlencoded"
 DOCUMENT_FILE = ROOT / "app" / "openapi" / "openapi.json"
 
@@ -341,6 +350,7 @@ def test_security_schemes_are_bearer_jwt_and_the_auth_cookie(make_app):
         ("/auth/check", "head"): [{"bearerAuth": []}],
         ("/api/v1/me", "get"): [{"cookieAuth": []}],
         ("/api/v1/me", "head"): [{"cookieAuth": []}],
+        **{operation: [{"bearerAuth": []}] for operation in SESSION_OPERATIONS},
     }
     assert "security" not in document  # every other operation is open
 

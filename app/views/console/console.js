@@ -136,8 +136,8 @@
     action.append(end);
     tr.append(
       cell(session.id, "id"),
-      cell(when(session.loggedInAt)),
-      cell(when(session.lastUsedAt)),
+      cell(when(session.loggedInAt), "time"),
+      cell(when(session.lastUsedAt), "time"),
       cell(session.address || "unknown"),
       cell(session.userAgent, "agent"),
       action,
