@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import re
 
 import pytest
@@ -66,7 +67,8 @@ def test_list_of_a_user_without_sessions_says_so(runner):
     assert "no sessions for 'nobody'" in result.stderr
 
 
-def test_end_with_an_id_ends_that_session_only(runner, client):
+def test_end_with_an_id_ends_that_session_only(runner, client, caplog):
+    caplog.set_level(logging.INFO)
     ended = log_in(client, "alice", "one")
     kept = log_in(client, "alice", "two")
     (session_id,) = [m.group(1) for m in listed(runner, "alice") if m.group(5) == '"one"']
@@ -75,6 +77,8 @@ def test_end_with_an_id_ends_that_session_only(runner, client):
     assert result.stdout == f"ended the session {session_id} of 'alice'\n"
     assert refreshes(client, "alice", ended) == 401
     assert refreshes(client, "alice", kept) == 200
+    events = [(r.event, r.user) for r in caplog.records if hasattr(r, "event")]
+    assert events == [("session_ended", "alice")]
     again = runner.invoke(args=["sessions", "end", "alice", session_id])
     assert again.exit_code == 1
     assert f"'alice' has no session '{session_id}'" in again.stderr
