@@ -316,3 +316,30 @@ def test_every_answer_is_one_the_api_document_lists(client):
         assert_documented(document, method, documented_path, response)
     (session,) = sessions_of(client, token, limit="1")["sessions"]
     validator(document, {"$ref": "#/components/schemas/Session"}).validate(session)
+
+
+# --- on every store -------------------------------------------------------------------------
+
+
+@pytest.mark.store("sqlite", "redis", "postgresql")
+def test_the_api_walks_the_same_on_every_store(client, clock):
+    admin = bearer(log_in(client, "admin")["accessToken"])
+    name = "Zoë/team 🙂"
+    first = log_in(client, name, "first")
+    clock.advance(1)
+    second = log_in(client, name, "x" * 300)
+    path = f"/admin/users/{quote(name, safe='')}/sessions"
+    page = sessions_of(client, admin["Authorization"][7:], path, limit="1")
+    (newest,) = page["sessions"]
+    assert newest["userAgent"] == "x" * 256  # cut to 256 characters
+    (oldest,) = sessions_of(client, first["accessToken"], after=page["next"])["sessions"]
+    assert oldest["userAgent"] == "first"
+    for hostile in [f"{UNKNOWN_ID[:-1]}%00", "%C3%A9" * 30, "a" * 64]:
+        answer = client.delete(f"/sessions/{hostile}", headers=bearer(first["accessToken"]))
+        assert answer.status_code == 404
+    assert client.delete(f"{path}/{oldest['id']}", headers=admin).status_code == 204
+    assert refreshes(client, name, first) == 401
+    assert refreshes(client, name, second) == 200
+    for after in ["1.%00", "99999999999999.x", "0.x"]:
+        answer = client.get(f"/sessions?after={after}", headers=bearer(second["accessToken"]))
+        assert answer.status_code in {200, 400}
