@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.helpers.browser import chromium, wait_for
-from tests.helpers.servers import Gunicorn, gunicorn_environment
+from tests.helpers.browser import STEP_TIMEOUT, chromium, wait_for
+from tests.helpers.servers import Gunicorn, gunicorn_environment, wait_until
 from tests.helpers.tools import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.gunicorn]
@@ -174,6 +174,18 @@ def test_an_admin_lists_a_user_s_sessions_ends_one_and_its_refresh_token_is_refu
     assert service.refresh_status("bob", laptop) == 401
     assert service.refresh_status("bob", phone) == 200
     assert csp_errors(browser) == []
+
+    # signing out revokes the page's refresh token and forgets both tokens
+    revoked = len(service.request_lines("DELETE", "/token/<redacted>"))
+    browser.find_element("id", "sign-out").click()
+    wait_for(browser, lambda driver: status_text(driver) == "Signed out.", "the sign-out")
+    assert browser.find_element("id", "sign-in").is_displayed() is True
+    assert browser.find_element("id", "console").is_displayed() is False
+    wait_until(
+        lambda: len(service.request_lines("DELETE", "/token/<redacted>")) == revoked + 1,
+        STEP_TIMEOUT,
+        "the revocation of the page's refresh token",
+    )
 
 
 def test_a_user_gets_admins_only_and_the_api_behind_answers_403(browser, service):
