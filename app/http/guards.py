@@ -22,7 +22,7 @@ from app.auth.tokens import (
 )
 from app.backends.interface import token_digest
 from app.events import Event, Reason
-from app.extensions import current_settings, get_clock, get_key_ring, get_store
+from app.extensions import current_settings, get_clock, get_cutoffs, get_key_ring, get_store
 from app.http.errors import forbidden_response, unauthenticated_response
 from app.http.request_log import note
 
@@ -61,9 +61,13 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
         return None, Reason.MALFORMED if malformed else Reason.MISSING
     settings = current_settings()
     try:
-        return verify_access_token(token, get_key_ring(), settings.clock_skew, get_clock()), ""
+        claims = verify_access_token(token, get_key_ring(), settings.clock_skew, get_clock())
     except InvalidTokenError as error:
         return None, error.reason
+    # issued at or before its user's logout everywhere: refused as an expired one is
+    if get_cutoffs().refuses(claims["username"], claims["iat"]):
+        return None, Reason.LOGGED_OUT_EVERYWHERE
+    return claims, ""
 
 
 def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:

@@ -11,18 +11,13 @@ from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests,
 from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
-from app.backends.interface import (
-    BackendUnavailable,
-    LoginClient,
-    Outcome,
-    shown_digest,
-    successor_of,
-)
+from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem, username_problem
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
     get_clock,
+    get_cutoffs,
     get_key_ring,
     get_login_failure_limit,
     get_rate_limiter,
@@ -33,6 +28,7 @@ from app.http.request_body import missing, optional_string, read_fields, require
 from app.http.request_log import note
 from app.http.responses import bodiless
 from app.limits.login_failures import DEVICE_COOKIE, DEVICE_COOKIE_LIFETIME
+from app.sessions import login_client
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"
@@ -66,7 +62,7 @@ def login() -> Response:
     verified = check_password(username, optional_string(fields, "password"))
     refresh_token = new_refresh_token()
     store = get_store()
-    store.issue(refresh_token, username, login_client())
+    cutoff = store.issue(refresh_token, username, login_client())
     users = get_user_directory()
     if users is not None and verified is not None and not users.still_holds(username, verified):
         # `flask users` changed or removed the user after the password was checked, and may
@@ -75,6 +71,7 @@ def login() -> Response:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
+    get_cutoffs().wait_out(username, cutoff)
     response = jsonify(accessToken=_access_token(username), refreshToken=refresh_token)
     failures = get_login_failure_limit()
     if verified is not None and failures is not None:  # this browser's logins count apart
@@ -116,6 +113,7 @@ def refresh() -> Response:
         raise Unauthorized()
     refuse_unknown_user(username)
     note(user=username, event=Event.REFRESH)
+    get_cutoffs().wait_out(username)
     return jsonify(accessToken=_access_token(username))
 
 
@@ -144,6 +142,7 @@ def _rotate(refresh_token: str, username: str) -> Response:
         raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
+    get_cutoffs().wait_out(username)
     return jsonify(accessToken=_access_token(username), refreshToken=successor)
 
 
@@ -224,12 +223,6 @@ def check_password(username: str, password: str | None) -> str | None:
     if failures is not None:
         failures.succeeded(username, device)
     return verified
-
-
-def login_client() -> LoginClient:
-    """Return what a session keeps of the client that logs in: its address, as the request
-    log reads it, and its User-Agent as sent (the store cuts it short)."""
-    return LoginClient(request.remote_addr or "", request.user_agent.string)
 
 
 def limit_rate(endpoint: str) -> None:
