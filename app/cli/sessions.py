@@ -7,10 +7,10 @@ from flask.cli import AppGroup
 
 from app.cli.arguments import valid_username
 from app.cli.tokens import issue_time, store_errors
-from app.cli.users import log_event
-from app.events import Event
+from app.cli.users import command_logging
 from app.extensions import get_store
 from app.observability.logging_config import quoted
+from app.sessions import end_session, log_out_everywhere
 
 #: Sessions read from the store per call while listing them all.
 LIST_PAGE_SIZE = 100
@@ -45,12 +45,22 @@ def list_command(username: str) -> None:
 
 @sessions.command("end")
 @click.argument("username", callback=valid_username)
-@click.argument("session_id")
-def end_command(username: str, session_id: str) -> None:
-    """End USERNAME's session SESSION_ID (from `list`): its refresh tokens are revoked."""
+@click.argument("session_id", required=False)
+def end_command(username: str, session_id: str | None) -> None:
+    """End USERNAME's session SESSION_ID (from `list`): its refresh tokens are revoked.
+    With no SESSION_ID, log USERNAME out everywhere: every session ends, and every access
+    token issued until now is refused (on every host within SESSION_CUTOFF_REFRESH s)."""
+    command_logging()  # the security event is a line of the service's log
+    if session_id is not None:
+        with store_errors():
+            ended = end_session(username, session_id)
+        if not ended:
+            raise click.ClickException(f"{username!r} has no session {session_id!r}")
+        click.echo(f"ended the session {session_id} of {username!r}")
+        return
     with store_errors():
-        ended = get_store().end_session(username, session_id)
-    if not ended:
-        raise click.ClickException(f"{username!r} has no session {session_id!r}")
-    log_event(Event.SESSION_ENDED, "session ended: %r of %r", session_id, username, user=username)
-    click.echo(f"ended the session {session_id} of {username!r}")
+        count = log_out_everywhere(username)
+    click.echo(
+        f"logged {username!r} out everywhere: ended {count} session{'' if count == 1 else 's'};"
+        " access tokens issued until now are refused"
+    )

@@ -34,12 +34,18 @@ MAX_PASSWORD_LENGTH = 1024
 users = AppGroup("users", help="Add, remove and list the users of USERS_FILE (Argon2id hashes).")
 
 
-def log_event(event: Event, message: str, *args: object, **fields: str) -> None:
-    """Log an operator command's security event: one line in the service's log format."""
+def command_logging() -> None:
+    """Have an operator command log as the service does: its security events are lines
+    in the service's log format."""
     if not logging.getLogger().handlers:  # a `flask` command: gunicorn set nothing up
         settings = current_settings()
         logging.config.dictConfig(logging_config(settings.log_format, settings.log_level))
         current_app.logger.removeHandler(default_handler)  # Flask's own, other format
+
+
+def log_event(event: Event, message: str, *args: object, **fields: str) -> None:
+    """Log an operator command's security event: one line in the service's log format."""
+    command_logging()
     current_app.logger.info(message, *args, extra={"event": event, **fields})
 
 

@@ -20,11 +20,10 @@ from werkzeug.routing import BaseConverter
 
 from app.backends.interface import Session
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
-from app.events import Event
 from app.extensions import get_store
 from app.http.guards import requires_roles
-from app.http.request_log import note
 from app.http.responses import bodiless
+from app.sessions import end_session, log_out_everywhere
 
 #: Sessions per page: ``limit`` when the query names none, and the most it may ask for.
 DEFAULT_PAGE_SIZE = 50
@@ -69,7 +68,14 @@ def own_sessions() -> Response:
 @requires_roles()
 def end_own_session(session_id: str) -> Response:
     """End one of the caller's sessions; another user's id is 404, as an unknown one."""
-    return end_session(g.user["username"], session_id)
+    return end_one(g.user["username"], session_id)
+
+
+@bp.delete("/sessions")
+@requires_roles()
+def log_out_own_sessions() -> Response:
+    """Log the caller out everywhere: every session, and every access token issued so far."""
+    return end_all(g.user["username"])
 
 
 # --- any user's, for admins -------------------------------------------------------------
@@ -86,7 +92,14 @@ def user_sessions(username: str) -> Response:
 @requires_roles("admin")
 def end_user_session(username: str, session_id: str) -> Response:
     """End one of a user's sessions."""
-    return end_session(known_username(username), session_id)
+    return end_one(known_username(username), session_id)
+
+
+@bp.delete("/admin/users/<username:username>/sessions")
+@requires_roles("admin")
+def log_user_out_everywhere(username: str) -> Response:
+    """Log a user out everywhere: every session, and every access token issued so far."""
+    return end_all(known_username(username))
 
 
 # --- the work of the views above --------------------------------------------------------
@@ -141,10 +154,18 @@ def session_json(session: Session) -> dict[str, Any]:
     }
 
 
-def end_session(username: str, session_id: str) -> Response:
-    """End ``username``'s session ``session_id``: 204, or 404 when that user has none such."""
+def end_one(username: str, session_id: str) -> Response:
+    """End ``username``'s session ``session_id``: 204, or 404 when that user has none such.
+
+    The end is a security event on the request's line (``app.sessions.end_session``).
+    """
     # An id of another shape is no session of anyone's: the store is not asked
-    if not SESSION_ID.fullmatch(session_id) or not get_store().end_session(username, session_id):
+    if not SESSION_ID.fullmatch(session_id) or not end_session(username, session_id):
         raise NotFound(NO_SUCH_SESSION)
-    note(event=Event.SESSION_ENDED)
     return bodiless(204)
+
+
+def end_all(username: str) -> Response:
+    """Log ``username`` out everywhere (a security event on the request's line, from
+    ``app.sessions.log_out_everywhere``); answer how many sessions ended."""
+    return jsonify(ended=log_out_everywhere(username))

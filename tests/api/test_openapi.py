@@ -58,9 +58,11 @@ CONTRACT = {
 SESSION_OPERATIONS = [
     ("/sessions", "get"),
     ("/sessions", "head"),
+    ("/sessions", "delete"),
     ("/sessions/{id}", "delete"),
     ("/admin/users/{username}/sessions", "get"),
     ("/admin/users/{username}/sessions", "head"),
+    ("/admin/users/{username}/sessions", "delete"),
     ("/admin/users/{username}/sessions/{id}", "delete"),
 ]
 FORM = "application/x-www-form-urlencoded"

@@ -23,8 +23,10 @@ ADMIN = ["/admin/users/bob/sessions", f"/admin/users/bob/sessions/{UNKNOWN_ID}"]
 #: Every endpoint of the API, by method and path.
 ENDPOINTS = [
     ("GET", "/sessions"),
+    ("DELETE", "/sessions"),
     ("DELETE", f"/sessions/{UNKNOWN_ID}"),
     ("GET", "/admin/users/bob/sessions"),
+    ("DELETE", "/admin/users/bob/sessions"),
     ("DELETE", f"/admin/users/bob/sessions/{UNKNOWN_ID}"),
 ]
 
@@ -58,9 +60,10 @@ def without_request_id(headers) -> list[tuple[str, str]]:
     return [(name, value) for name, value in headers if name != "X-Request-ID"]
 
 
-def lines(capfd) -> list[dict]:
-    out = capfd.readouterr().out.splitlines()
-    return [json.loads(line) for line in out if line[:1] == "{" and '"request"' in line]
+def lines(out: str) -> list[dict]:
+    """Return the request log's lines in ``out``, a test's standard output."""
+    parsed = [json.loads(line) for line in out.splitlines() if line[:1] == "{"]
+    return [line for line in parsed if line.get("logger") == "request"]
 
 
 # --- who may call -----------------------------------------------------------------------
@@ -73,7 +76,7 @@ def test_no_token_is_401_on_every_endpoint(client, method, path):
     assert response.headers["WWW-Authenticate"] == "Bearer"
 
 
-@pytest.mark.parametrize(("method", "path"), ENDPOINTS[2:])
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS[3:])
 def test_a_user_is_403_on_the_admin_endpoints_whatever_the_username_or_id(client, method, path):
     token = log_in(client, "alice")["accessToken"]
     assert client.open(path, method=method, headers=bearer(token)).status_code == 403
@@ -132,6 +135,23 @@ def test_another_user_s_session_id_is_404_exactly_like_an_unknown_one(client):
     assert refreshes(client, "bob", bob) == 200
 
 
+def test_logging_out_everywhere_ends_every_session_and_refuses_the_access_tokens(client, clock):
+    first = log_in(client, "alice")
+    second = log_in(client, "alice")
+    bob = log_in(client, "bob")
+    response = client.delete("/sessions", headers=bearer(first["accessToken"]))
+    assert (response.status_code, response.get_json()) == (200, {"ended": 2})
+    for tokens in (first, second):
+        assert refreshes(client, "alice", tokens) == 401
+        refused = client.get("/user-accessible", headers=bearer(tokens["accessToken"]))
+        assert refused.status_code == 401
+    assert client.get("/user-accessible", headers=bearer(bob["accessToken"])).status_code == 200
+    clock.advance(1)  # a login in the cut-off's own second would wait for the next one
+    after = log_in(client, "alice")
+    assert client.get("/user-accessible", headers=bearer(after["accessToken"])).status_code == 200
+    assert len(sessions_of(client, after["accessToken"])["sessions"]) == 1
+
+
 # --- an admin's view of anyone's ----------------------------------------------------------
 
 
@@ -153,6 +173,18 @@ def test_an_admin_lists_and_ends_a_user_s_sessions(client, clock):
     assert crossed.get_json() == {"message": "no such session"}
 
 
+def test_an_admin_logs_a_user_out_everywhere(client, clock):
+    admin = log_in(client, "admin")["accessToken"]
+    bob = log_in(client, "bob")
+    response = client.delete("/admin/users/bob/sessions", headers=bearer(admin))
+    assert (response.status_code, response.get_json()) == (200, {"ended": 1})
+    assert refreshes(client, "bob", bob) == 401
+    assert client.get("/user-accessible", headers=bearer(bob["accessToken"])).status_code == 401
+    assert client.get("/admin-accessible", headers=bearer(admin)).status_code == 200
+    again = client.delete("/admin/users/bob/sessions", headers=bearer(admin))
+    assert again.get_json() == {"ended": 0}
+
+
 def test_a_username_with_a_slash_or_spaces_is_routed_whole(client):
     admin = log_in(client, "admin")["accessToken"]
     log_in(client, "team/ann smith")
@@ -164,7 +196,7 @@ def test_a_username_with_a_slash_or_spaces_is_routed_whole(client):
 def test_a_name_no_login_accepts_is_no_user(client):
     admin = log_in(client, "admin")["accessToken"]
     for name in ["a\x00b", "line\nbreak", " ", "x" * 257, "bidi\u202e"]:
-        for method, suffix in [("GET", ""), ("DELETE", f"/{UNKNOWN_ID}")]:
+        for method, suffix in [("GET", ""), ("DELETE", ""), ("DELETE", f"/{UNKNOWN_ID}")]:
             path = f"/admin/users/{quote(name, safe='')}/sessions{suffix}"
             response = client.open(path, method=method, headers=bearer(admin))
             expected = (404, {"message": "no such user"})
@@ -273,14 +305,20 @@ def test_every_end_of_a_session_is_a_security_event_on_the_request_s_line(client
     capfd.readouterr()
     client.delete(f"/sessions/{own['id']}", headers=bearer(alice["accessToken"]))
     client.delete(f"/sessions/{UNKNOWN_ID}", headers=bearer(alice["accessToken"]))
+    client.delete("/sessions", headers=bearer(alice["accessToken"]))
     client.delete(f"/admin/users/bob/sessions/{UNKNOWN_ID}", headers=bearer(admin))
-    logged = [(line["status"], line["user"], line.get("event")) for line in lines(capfd)]
+    client.delete("/admin/users/bob/sessions", headers=bearer(admin))
+    out = capfd.readouterr().out
+    logged = [(line["status"], line["user"], line.get("event")) for line in lines(out)]
     assert logged == [
         (204, "alice", "session_ended"),
         (404, "alice", None),
+        (200, "alice", "logged_out_everywhere"),
         (404, "admin", None),
+        (200, "admin", "logged_out_everywhere"),
     ]
-    assert alice["refreshToken"] not in capfd.readouterr().out
+    assert alice["refreshToken"] not in out
+    assert alice["accessToken"] not in out
 
 
 # --- the API document -----------------------------------------------------------------------
@@ -293,7 +331,9 @@ def test_every_answer_is_one_the_api_document_lists(client):
     user = bearer(token)
     for _ in range(2):
         log_in(client, "alice")
-    own_id = sessions_of(client, token)["sessions"][0]["id"]
+    (session, *_) = sessions_of(client, token)["sessions"]
+    own_id = session["id"]
+    validator(document, {"$ref": "#/components/schemas/Session"}).validate(session)
     own, admins = "/sessions", "/admin/users/{username}/sessions"
     calls = [
         ("get", own, "/sessions?limit=2", user, 200),
@@ -309,13 +349,16 @@ def test_every_answer_is_one_the_api_document_lists(client):
         ("delete", own + "/{id}", f"/sessions/{own_id}", {}, 401),
         ("delete", admins + "/{id}", f"/admin/users/alice/sessions/{UNKNOWN_ID}", admin, 404),
         ("delete", admins + "/{id}", f"/admin/users/alice/sessions/{UNKNOWN_ID}", user, 403),
+        ("delete", admins, "/admin/users/a%00/sessions", admin, 404),
+        ("delete", admins, "/admin/users/alice/sessions", user, 403),
+        ("delete", admins, "/admin/users/bob/sessions", admin, 200),
+        ("delete", own, "/sessions", {}, 401),
+        ("delete", own, "/sessions", user, 200),
     ]
     for method, documented_path, path, headers, status in calls:
         response = client.open(path, method=method, headers=headers)
         assert response.status_code == status, (method, path, response.data)
         assert_documented(document, method, documented_path, response)
-    (session,) = sessions_of(client, token, limit="1")["sessions"]
-    validator(document, {"$ref": "#/components/schemas/Session"}).validate(session)
 
 
 # --- on every store -------------------------------------------------------------------------

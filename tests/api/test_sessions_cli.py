@@ -12,7 +12,7 @@ import pytest
 from app.auth.tokens import new_refresh_token
 from app.backends.interface import LoginClient
 from app.extensions import get_store
-from tests.helpers.tokens import login
+from tests.helpers.tokens import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")
 
@@ -89,3 +89,21 @@ def test_end_with_another_user_s_id_ends_nothing(runner, client):
     (line,) = listed(runner, "bob")
     assert runner.invoke(args=["sessions", "end", "alice", line.group(1)]).exit_code == 1
     assert refreshes(client, "bob", bob) == 200
+
+
+def test_end_without_an_id_logs_the_user_out_everywhere(runner, client, caplog):
+    caplog.set_level(logging.INFO)
+    first = log_in(client, "alice", "one")
+    second = log_in(client, "alice", "two")
+    bob = log_in(client, "bob", "bob's")
+    result = runner.invoke(args=["sessions", "end", "alice"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("logged 'alice' out everywhere: ended 2 sessions;")
+    for tokens in (first, second):
+        assert refreshes(client, "alice", tokens) == 401
+        refused = client.get("/user-accessible", headers=bearer(tokens["accessToken"]))
+        assert refused.status_code == 401
+    assert refreshes(client, "bob", bob) == 200
+    assert listed(runner, "alice") == []
+    events = [(r.event, r.user) for r in caplog.records if hasattr(r, "event")]
+    assert events == [("logged_out_everywhere", "alice")]

@@ -128,6 +128,8 @@ def csp_errors(browser: Any) -> list[str]:
 def test_an_admin_lists_a_user_s_sessions_ends_one_and_its_refresh_token_is_refused(
     browser, service
 ):
+    from selenium.webdriver.support import expected_conditions as seen
+
     laptop = service.log_in("bob", "bob-laptop/1.0")
     phone = service.log_in("bob", "bob-phone/2.0")
     service.log_in("bob", HOSTILE_AGENT)
@@ -173,6 +175,14 @@ def test_an_admin_lists_a_user_s_sessions_ends_one_and_its_refresh_token_is_refu
     ]
     assert service.refresh_status("bob", laptop) == 401
     assert service.refresh_status("bob", phone) == 200
+
+    # ending them all asks first, then logs bob out everywhere
+    browser.find_element("id", "end-all").click()
+    wait_for(browser, seen.alert_is_present(), "the question").accept()
+    wait_for(browser, lambda driver: status_text(driver) == "2 session(s) ended.", "the end")
+    assert shown_sessions(browser) == []
+    assert browser.find_element("id", "none").is_displayed() is True
+    assert service.refresh_status("bob", phone) == 401
     assert csp_errors(browser) == []
 
     # signing out revokes the page's refresh token and forgets both tokens

@@ -48,6 +48,7 @@ INVOCATIONS = [
     ("sessions.sh", [], {"EXPECT": "unauthorized"}),
     ("end-session.sh", ["AAAAAAAAAAAAAAAAAAAAAA"], {"ACCESS_TOKEN": ACCESS}),
     ("end-session.sh", ["AAAAAAAAAAAAAAAAAAAAAA"], {"ACCESS_TOKEN": ACCESS, "EXPECT": "unknown"}),
+    ("log-out-everywhere.sh", [], {"ACCESS_TOKEN": ACCESS}),
 ]
 
 
@@ -164,8 +165,8 @@ def test_every_script_passes_in_a_realistic_session(gunicorn_server, tmp_path):
     assert ok("logout.sh") == ""
 
 
-def test_the_session_scripts_list_and_end_sessions(gunicorn_server):
-    server = gunicorn_server(workers=2)
+def test_the_session_scripts_list_end_and_log_out_everywhere(gunicorn_server):
+    server = gunicorn_server(workers=1)  # a logout everywhere is seen at once
 
     def ok(script: str, *args: str, **env: str) -> str:
         result = run(script, *args, base_url=server.url, **env)
@@ -195,6 +196,9 @@ def test_the_session_scripts_list_and_end_sessions(gunicorn_server):
     assert unknown == '{"message":"no such session"}\n'
     left = json.loads(ok("sessions.sh", **bob))["sessions"]
     assert [session["id"] for session in left] == [listed[1]["id"]]
+    assert json.loads(ok("log-out-everywhere.sh", SESSIONS_USER="bob", **admin)) == {"ended": 1}
+    assert ok("sessions.sh", EXPECT="unauthorized", **bob) == "Unauthorized\n"
+    assert json.loads(ok("log-out-everywhere.sh", **admin)) == {"ended": 1}
 
 
 @pytest.mark.parametrize(
