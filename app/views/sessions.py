@@ -36,6 +36,7 @@ MAX_CURSOR_LENGTH = 512
 #: The one 404 of an id that names no session of that user, whoever else's it may be.
 NO_SUCH_SESSION = "no such session"
 NO_SUCH_USER = "no such user"
+#: ``limit`` as written: ASCII digits only (``int`` would also take " 5", "5_0" or a fullwidth 5).
 LIMIT = re.compile(r"[0-9]{1,3}")
 
 bp = Blueprint("sessions", __name__)
@@ -43,7 +44,8 @@ bp = Blueprint("sessions", __name__)
 
 class UsernameConverter(BaseConverter):
     """Match any non-empty path text as a username, slashes included (a username may hold
-    one; a WSGI server hands ``%2F`` over already decoded, as ``/``)."""
+    one; a WSGI server hands ``%2F`` over already decoded, as ``/``). A username that ends
+    in ``/sessions`` followed by more is read as the shorter one and a session id."""
 
     regex = r"[\s\S]+"
     part_isolating = False
@@ -51,6 +53,7 @@ class UsernameConverter(BaseConverter):
 
 @bp.record_once
 def register_converter(state: BlueprintSetupState) -> None:
+    """Let the admin paths name any username."""
     state.app.url_map.converters.setdefault("username", UsernameConverter)
 
 
