@@ -5,6 +5,7 @@ request, the idle timeout at POST /token, and USERS_FILE changes (docs/sessions.
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -196,3 +197,30 @@ def test_a_password_changed_in_users_file_logs_the_user_out_everywhere(make_app,
         other.test_client().get("/user-accessible", headers=bearer(new["accessToken"])).status_code
         == 200
     )
+
+
+def test_every_end_of_a_session_is_a_security_event(make_app, clock, caplog):
+    from app.http.request_log import NOTES_KEY
+    from app.sessions import end_session
+
+    app = make_app(clock=clock)
+    client = app.test_client()
+    login(client)
+    login(client)
+    store = app.extensions["token_store"]
+    first, second = (s.id for s in store.sessions_of("alice").sessions)
+    notes: dict[str, str] = {}
+    with app.test_request_context(environ_base={NOTES_KEY: notes}):
+        assert end_session("alice", first)
+    assert notes == {"event": "session_ended"}
+    notes.clear()
+    with app.test_request_context(environ_base={NOTES_KEY: notes}):
+        assert not end_session("bob", second)  # not bob's: nothing ended, no event
+    assert notes == {}
+    with app.app_context(), caplog.at_level(logging.INFO, logger="app.sessions.ending"):
+        assert end_session("alice", second)  # a command's: an app line
+        log_out_everywhere(app)
+    assert [(r.event, r.user) for r in caplog.records] == [
+        ("session_ended", "alice"),
+        ("logged_out_everywhere", "alice"),
+    ]

@@ -42,6 +42,7 @@ from app.backends.interface import (
     TokenRecord,
     batches,
     check_page_limit,
+    is_session_id,
     lineage_digest,
     new_session_id,
     page_of,
@@ -243,6 +244,8 @@ class PostgresTokenStore(RefreshTokenStore):
         return page_of([Session(row[0], username, *row[1:]) for row in rows], limit)
 
     def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
         return bool(
             self._value(
                 "SELECT token_store_end_session(%s, %s, %s)", (username, session_id, self.clock())

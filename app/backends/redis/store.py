@@ -75,6 +75,7 @@ from app.backends.interface import (
     TokenRecord,
     batches,
     check_page_limit,
+    is_session_id,
     lineage_digest,
     new_session_id,
     page_of,
@@ -252,6 +253,8 @@ class RedisTokenStore(RefreshTokenStore):
         return page_of(sessions, limit)
 
     def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
         with self._answering():
             return bool(
                 self._run(
