@@ -1,7 +1,8 @@
 """Shared durable store: refresh-token digests in one PostgreSQL database every host uses.
 
 Every operation is one statement, so one round trip: a plain one where a single row is
-read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT),
+read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT, and
+once a minute per session an UPDATE of its last use),
 else a call of one of the functions the schema made (``sql/functions.sql``), which read
 and change several rows in one transaction. Each runs in autocommit: it is committed
 before it is answered, or not at all, so a connection lost in the middle (a restart,
