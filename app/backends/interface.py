@@ -192,6 +192,20 @@ def to_the_minute(now: float) -> int:
     return seconds - seconds % 60
 
 
+#: The characters of a session id: url-safe base64's (new ids) and hex (migrated ones).
+SESSION_ID_CHARACTERS = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+)
+#: The longest session id (a PostgreSQL migration's: 64 hex digits).
+MAX_SESSION_ID_LENGTH = 64
+
+
+def is_session_id(text: str) -> bool:
+    """Return whether ``text`` has the shape of a session id (else it names none, and
+    costs the store no look-up)."""
+    return 0 < len(text) <= MAX_SESSION_ID_LENGTH and set(text) <= SESSION_ID_CHARACTERS
+
+
 def session_cursor(session: Session) -> str:
     """Return the cursor of the page after ``session`` (its login time and id)."""
     return f"{session.logged_in_at}.{session.id}"
@@ -200,7 +214,7 @@ def session_cursor(session: Session) -> str:
 def parse_session_cursor(after: str) -> tuple[int, str]:
     """Return the login time and id a cursor names; ValueError if it names none."""
     at, dot, session_id = after.partition(".")
-    if not (dot and at.isascii() and at.isdigit() and len(at) <= 12 and 0 < len(session_id) <= 64):
+    if not (dot and at.isascii() and at.isdigit() and len(at) <= 12 and is_session_id(session_id)):
         raise ValueError("not a cursor of sessions_of")
     return int(at), session_id
 

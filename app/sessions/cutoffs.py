@@ -36,9 +36,11 @@ class CutoffCache:
         self.clock = clock
         self.refresh_every = refresh_every
         self.horizon = horizon
+        #: Replaced whole, never changed in place: readers take no lock.
         self._known: dict[str, int] = {}
         self._due = clock.monotonic()  # the first request reads them
         self._refreshing = threading.Lock()
+        self._writing = threading.Lock()
         self._failure_logged_at: float | None = None
         self._failures_unlogged = 0
 
@@ -76,9 +78,10 @@ class CutoffCache:
             self.clock.sleep(known + 1 - now)
 
     def _raise(self, username: str, cutoff: int) -> None:
-        known = self._known.get(username)
-        if known is None or known < cutoff:
-            self._known[username] = cutoff
+        with self._writing:
+            known = self._known.get(username)
+            if known is None or known < cutoff:
+                self._known = {**self._known, username: cutoff}
 
     def _refresh(self) -> None:
         """Read the cut-offs newer than the horizon, unless another thread is at it."""
@@ -93,12 +96,12 @@ class CutoffCache:
                 self._failed(error)
                 return
             self._recovered()
-            # a copy, then one assignment: readers never see a dict being changed
-            known = {user: at for user, at in self._known.items() if at > oldest}
-            for user, at in fresh.items():
-                if known.get(user, at) <= at:
-                    known[user] = at
-            self._known = known
+            with self._writing:  # a copy, then one assignment
+                known = {user: at for user, at in self._known.items() if at > oldest}
+                for user, at in fresh.items():
+                    if known.get(user, at) <= at:
+                        known[user] = at
+                self._known = known
         finally:
             self._refreshing.release()
 

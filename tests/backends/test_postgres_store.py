@@ -390,6 +390,9 @@ def test_only_relaxed_logins_commit_without_waiting_for_the_wal(database, durabi
     # the pooled connection is back to the server's level after the relaxed login
     with store.client.connection() as connection:
         assert connection.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    # and a login reads the user's cut-off in its one statement, whatever its durability
+    store.log_out_everywhere("alice", 1_000)
+    assert store.issue(new_refresh_token(), "alice") == 1_000
     store.close()
 
 

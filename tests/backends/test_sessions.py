@@ -247,3 +247,20 @@ def test_the_client_is_kept_as_text(store, address, user_agent):
 def test_what_no_store_holds_is_replaced_in_the_client():
     kept = LoginClient("a\x00b", "\ud800x").kept()
     assert kept == LoginClient("a\ufffdb", "?x")
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    after=st.text(max_size=80) | st.just("1.a\x00b"),
+    session_id=st.text(max_size=80) | st.just("a\x00"),
+)
+def test_any_cursor_is_a_page_or_a_value_error_and_any_id_no_session(store, after, session_id):
+    try:
+        page = store.sessions_of("alice", limit=2, after=after)
+    except ValueError:
+        pass
+    else:
+        assert page.sessions == []  # nobody logged in: no page holds anything
+    assert store.end_session("alice", session_id) is False

@@ -1,7 +1,8 @@
 """Shared durable store: refresh-token digests in one PostgreSQL database every host uses.
 
 Every operation is one statement, so one round trip: a plain one where a single row is
-read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT),
+read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT, and
+once a minute per session an UPDATE of its last use),
 else a call of one of the functions the schema made (``sql/functions.sql``), which read
 and change several rows in one transaction. Each runs in autocommit: it is committed
 before it is answered, or not at all, so a connection lost in the middle (a restart,
@@ -42,6 +43,7 @@ from app.backends.interface import (
     TokenRecord,
     batches,
     check_page_limit,
+    is_session_id,
     lineage_digest,
     new_session_id,
     page_of,
@@ -243,6 +245,8 @@ class PostgresTokenStore(RefreshTokenStore):
         return page_of([Session(row[0], username, *row[1:]) for row in rows], limit)
 
     def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
         return bool(
             self._value(
                 "SELECT token_store_end_session(%s, %s, %s)", (username, session_id, self.clock())

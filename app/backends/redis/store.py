@@ -36,8 +36,9 @@ key has a TTL (refresh tokens are valid until revoked). With a lifetime, a token
 hash and its family's set and lineage expire with the token, and each issue or rotation purges
 a bounded batch of ``rt:expiring``'s due members from the other sets, so nothing
 dangles for long. Each change is one Lua script (or one ``SET``, a deny entry), so no
-reader ever sees a token without its index entries, and a login, a refresh, a rotation or
-a revoke is one round trip. Times come from the client (the app host's clock), as with
+reader ever sees a token without its index entries, and a login, a refresh, a rotation,
+a revoke, a page of sessions or a logout everywhere is one round trip (a refresh without
+rotation writes its session's last use once a minute: a second one). Times come from the client (the app host's clock), as with
 SQLite; the TTLs are set relative to them.
 """
 
@@ -75,6 +76,7 @@ from app.backends.interface import (
     TokenRecord,
     batches,
     check_page_limit,
+    is_session_id,
     lineage_digest,
     new_session_id,
     page_of,
@@ -252,6 +254,8 @@ class RedisTokenStore(RefreshTokenStore):
         return page_of(sessions, limit)
 
     def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
         with self._answering():
             return bool(
                 self._run(

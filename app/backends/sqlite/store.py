@@ -32,6 +32,7 @@ from app.backends.interface import (
     TokenRecord,
     batches,
     check_page_limit,
+    is_session_id,
     lineage_digest,
     new_session_id,
     page_of,
@@ -324,6 +325,8 @@ class SQLiteTokenStore(RefreshTokenStore):
         return page_of(sessions, limit)
 
     def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
         now = self.clock()
         with self._connection(durable=True) as connection, transaction(connection):
             row = connection.execute(
