@@ -37,6 +37,7 @@ from app.limits.address import init_rate_limit
 from app.oauth import init_oauth
 from app.observability.metrics import init_metrics
 from app.oidc import init_third_party_login
+from app.sessions import init_sessions, log_out_changed_users
 from app.views import register_blueprints
 
 
@@ -50,6 +51,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None =
     configure(app, settings)
     init_keys(app, settings)
     init_store(app, settings)
+    init_sessions(app, settings)
     init_rate_limit(app, settings)
     init_user_directory(app, settings)
     init_metrics(app, settings)
@@ -91,7 +93,9 @@ def init_user_directory(app: Flask, settings: Settings) -> None:
     """Attach the user directory of USERS_FILE to ``app``, or None when it is unset."""
     directory = None
     if settings.users_file is not None:
-        directory = UserDirectory(settings.users_file, clock=clock_of(app))
+        directory = UserDirectory(
+            settings.users_file, clock=clock_of(app), on_change=log_out_changed_users(app)
+        )
     app.extensions[USER_DIRECTORY] = directory
 
 

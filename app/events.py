@@ -32,6 +32,10 @@ class Event(StrEnum):
     USER_ADDED = "user_added"
     USER_PASSWORD_CHANGED = "user_password_changed"
     USER_REMOVED = "user_removed"
+    #: One session ended (by its user, an admin or ``flask sessions``).
+    SESSION_ENDED = "session_ended"
+    #: Every session of a user ended, and their access tokens cut off.
+    LOGGED_OUT_EVERYWHERE = "logged_out_everywhere"
 
 
 class Reason(StrEnum):
@@ -55,6 +59,9 @@ class Reason(StrEnum):
     BAD_CREDENTIALS = "bad_credentials"
     #: /api/v1/me 401: a cookie token that was logged out.
     LOGGED_OUT = "logged_out"
+    #: 401 at a protected route or /auth/check: an access token issued at or before its
+    #: user's cut-off (a logout everywhere).
+    LOGGED_OUT_EVERYWHERE = "logged_out_everywhere"
     #: 403 on the login start or the logout, 401 at /auth/check for a cookie token: a
     #: request from another site.
     CROSS_SITE = "cross_site"

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from app.oauth.clients import ClientRegistry
     from app.observability.metrics import Metrics
     from app.oidc.flow import LoginFlow
+    from app.sessions.cutoffs import CutoffCache
 
 #: The one clock of tokens, stores and limits (app/config/clock.py).
 CLOCK = "clock"
@@ -44,6 +45,8 @@ CLIENT_REGISTRY = "client_registry"
 CLIENT_FAILURE_LIMIT = "client_failure_limit"
 METRICS = "metrics"
 LOGIN_FLOW = "third_party_login"
+#: Each worker's copy of the users' cut-offs (app/sessions/cutoffs.py).
+CUTOFFS = "session_cutoffs"
 #: The OpenAPI document's JSON, built on its first request.
 OPENAPI_JSON = "openapi_json"
 
@@ -87,6 +90,18 @@ def get_store() -> RefreshTokenStore:
     """Return the current app's refresh-token store."""
     store: RefreshTokenStore = current_app.extensions[TOKEN_STORE]
     return store
+
+
+def store_of(app: Flask) -> RefreshTokenStore:
+    """Return the refresh-token store of ``app``."""
+    store: RefreshTokenStore = app.extensions[TOKEN_STORE]
+    return store
+
+
+def get_cutoffs() -> CutoffCache:
+    """Return the current app's cut-off cache: who was logged out everywhere, and when."""
+    cutoffs: CutoffCache = current_app.extensions[CUTOFFS]
+    return cutoffs
 
 
 def get_rate_limiter() -> RateLimiter | None:

@@ -10,6 +10,12 @@ Each process reads the file again when it changes (inode, size or mtime), checke
 at most once a second, with no restart, and once more after each successful login, so
 that a login racing a password change or a removal keeps no refresh token. A hash made
 with weaker parameters than ``HASHER``'s is replaced at its user's next successful login.
+
+When a reading finds users removed, or given a new password, the directory tells its
+``on_change`` (the app logs them out everywhere as of the file's mtime). A hash that
+may be the upgrade of a weaker one (``HASHER``'s parameters where the old one's were
+weaker) is not told: the service writes those itself, at a login; ``flask users``
+logs out the users it changes on its own.
 """
 
 from __future__ import annotations
@@ -165,9 +171,16 @@ class UserDirectory:
     """
 
     def __init__(
-        self, path: str, hasher: PasswordHasher = HASHER, clock: Clock = SYSTEM_CLOCK
+        self,
+        path: str,
+        hasher: PasswordHasher = HASHER,
+        clock: Clock = SYSTEM_CLOCK,
+        on_change: Callable[[list[str], int], None] | None = None,
     ) -> None:
         self.path = path
+        #: Called with the users a new reading removed or gave a new password, and the
+        #: file's mtime (whole seconds): before any login is checked against it.
+        self.on_change = on_change
         self.hasher = hasher
         #: The app's clock: its monotonic time spaces the looks at the file.
         self.clock = clock
@@ -254,10 +267,25 @@ class UserDirectory:
         except (UsersFileError, FileNotFoundError) as error:
             logger.error("USERS_FILE %s; the users read before stay", error)
         else:
+            changed = [
+                name
+                for name, hashed in self._users.items()
+                if name not in users
+                or (users[name] != hashed and not self._upgrade_of(hashed, users[name]))
+            ]
+            if changed and self.on_change is not None:
+                self.on_change(changed, int(status.st_mtime))
             self._users = users
             if self._signature not in {None, (0, 0, 0)}:
                 logger.info("USERS_FILE %s read again: %d users", self.path, len(users))
         self._signature = signature  # a broken file is reported once, not once a second
+
+    def _upgrade_of(self, old: str, new: str) -> bool:
+        """Return whether ``new`` may be the upgrade of ``old`` (same password, stronger)."""
+        try:
+            return self.hasher.check_needs_rehash(old) and not self.hasher.check_needs_rehash(new)
+        except InvalidHashError:
+            return False
 
     def _upgrade(self, username: str, hashed: str, password: str) -> str:
         """Replace a hash made with other parameters by one made with ``hasher``'s; return

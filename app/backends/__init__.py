@@ -27,6 +27,7 @@ def open_backend(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Backend:
             lifetime=settings.refresh_token_lifetime,
             per_user=settings.refresh_tokens_per_user,
             reuse_grace=settings.refresh_token_reuse_grace,
+            idle_timeout=settings.refresh_token_idle_timeout,
         ),
         settings.store_durability,
         (settings.store_pool_min, settings.store_pool_max),

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from itertools import islice
 from typing import Protocol, TypeVar
@@ -71,6 +72,14 @@ class RefreshTokenPolicy:
     #: Seconds after its rotation in which a retired token may be rotated again,
     #: while its successor is unused; 0: never (its reuse revokes the family).
     reuse_grace: float = 0.0
+    #: Seconds a session may go unused before it is refused and removed (counted from
+    #: the minute of its last use, so it may end up to a minute early); None: never.
+    idle_timeout: int | None = None
+
+    def idle_since(self, now: float) -> int | None:
+        """Return the last use (to the minute) at or before which a session is idle at
+        ``now``, or None without an idle timeout."""
+        return None if self.idle_timeout is None else int(now) - self.idle_timeout
 
 
 class Outcome(Enum):
@@ -110,6 +119,118 @@ class Revocation:
     family: str = ""
     #: The username of the token (or family) forgotten; "" if nothing was.
     username: str = ""
+
+
+#: Characters of the User-Agent a session keeps.
+USER_AGENT_LENGTH = 256
+#: Sessions ``sessions_of`` returns per page at most.
+MAX_SESSION_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class LoginClient:
+    """What the service saw of the client at login."""
+
+    #: The client address, as the request log reads it; "" when unknown.
+    address: str = ""
+    #: The User-Agent header as sent: the store keeps its first ``USER_AGENT_LENGTH``
+    #: characters, as text, never interpreted.
+    user_agent: str = ""
+
+    def kept(self) -> LoginClient:
+        """Return the client as every store keeps it: the User-Agent cut to its length,
+        and text any store holds (a NUL, which PostgreSQL's text refuses, and an unpaired
+        surrogate, which UTF-8 cannot encode, replaced)."""
+        return LoginClient(
+            _storable(self.address[:USER_AGENT_LENGTH]),
+            _storable(self.user_agent[:USER_AGENT_LENGTH]),
+        )
+
+
+def _storable(text: str) -> str:
+    """Return ``text`` with what some store cannot hold replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+#: The client of a login nobody saw (a command, an older record).
+UNKNOWN_CLIENT = LoginClient()
+
+
+@dataclass(frozen=True)
+class Session:
+    """One login and every token rotated from it (a refresh-token family)."""
+
+    #: Random and url-safe (``new_session_id``): not derivable from any token, stable
+    #: across rotations.
+    id: str
+    username: str
+    #: Seconds since the epoch.
+    logged_in_at: int
+    #: Seconds since the epoch, to the minute (a multiple of 60).
+    last_used_at: int
+    address: str
+    user_agent: str
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """A page of ``sessions_of``: newest login first, ties broken by id."""
+
+    sessions: list[Session]
+    #: The opaque cursor of the next page (``after``); None on the last page.
+    next: str | None
+
+
+def new_session_id() -> str:
+    """Return a new session id: 128 random bits, url-safe."""
+    return secrets.token_urlsafe(16)
+
+
+def to_the_minute(now: float) -> int:
+    """Return the start of the minute of ``now``: a session's last use as kept."""
+    seconds = int(now)
+    return seconds - seconds % 60
+
+
+#: The characters of a session id: url-safe base64's (new ids) and hex (migrated ones).
+SESSION_ID_CHARACTERS = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+)
+#: The longest session id (a PostgreSQL migration's: 64 hex digits).
+MAX_SESSION_ID_LENGTH = 64
+
+
+def is_session_id(text: str) -> bool:
+    """Return whether ``text`` has the shape of a session id (else it names none, and
+    costs the store no look-up)."""
+    return 0 < len(text) <= MAX_SESSION_ID_LENGTH and set(text) <= SESSION_ID_CHARACTERS
+
+
+def session_cursor(session: Session) -> str:
+    """Return the cursor of the page after ``session`` (its login time and id)."""
+    return f"{session.logged_in_at}.{session.id}"
+
+
+def parse_session_cursor(after: str) -> tuple[int, str]:
+    """Return the login time and id a cursor names; ValueError if it names none."""
+    at, dot, session_id = after.partition(".")
+    if not (dot and at.isascii() and at.isdigit() and len(at) <= 12 and is_session_id(session_id)):
+        raise ValueError("not a cursor of sessions_of")
+    return int(at), session_id
+
+
+def page_of(sessions: list[Session], limit: int) -> SessionPage:
+    """Return the page of the first ``limit`` of ``sessions`` (read with one more, to know
+    whether a next page exists)."""
+    if len(sessions) > limit:
+        return SessionPage(sessions[:limit], session_cursor(sessions[limit - 1]))
+    return SessionPage(sessions, None)
+
+
+def check_page_limit(limit: int) -> None:
+    """Raise ValueError unless ``limit`` is a page size ``sessions_of`` serves."""
+    if not 1 <= limit <= MAX_SESSION_PAGE:
+        raise ValueError(f"a page holds 1 to {MAX_SESSION_PAGE} sessions")
 
 
 def token_digest(token: str) -> str:
@@ -166,10 +287,35 @@ class StoredToken:
     retired_at: float | None = None
     parent: str | None = None
     lineage: str | None = None
+    #: The token's session (every token of a family carries its family's); None on a
+    #: record of a store from before sessions: the import makes it a session of its own,
+    #: logged in at ``issued_at``, its client unknown.
+    session: str | None = None
+    logged_in_at: int | None = None
+    last_used_at: int | None = None
+    address: str | None = None
+    user_agent: str | None = None
 
     def unexpired_at(self, now: float) -> bool:
         """Return whether the token is still to expire at ``now`` (or never will)."""
         return self.expires_at is None or self.expires_at > now
+
+    def with_session(self, sessions: dict[str, str]) -> StoredToken:
+        """Return the record with its session: its own, or for a record from before
+        sessions, one per family (kept in ``sessions``), logged in at its issue, its
+        client unknown."""
+        if self.session is not None:
+            return self
+        family = self.family or self.digest
+        session = sessions.setdefault(family, new_session_id())
+        return replace(
+            self,
+            session=session,
+            logged_in_at=self.issued_at,
+            last_used_at=to_the_minute(self.issued_at),
+            address="",
+            user_agent="",
+        )
 
 
 @dataclass(frozen=True)
@@ -184,18 +330,32 @@ class DenyEntry:
         return self.until > now
 
 
+@dataclass(frozen=True)
+class Cutoff:
+    """A user's cut-off (``RefreshTokenStore.log_out_everywhere``): a record of ``export``."""
+
+    username: str
+    at: int
+
+    def unexpired_at(self, now: float) -> bool:
+        """Return True: a cut-off is copied while the store keeps it."""
+        return True
+
+
 #: What ``export`` yields and ``import_records`` takes.
-Record = StoredToken | DenyEntry
+Record = StoredToken | DenyEntry | Cutoff
 
 
 @dataclass(frozen=True)
 class Imported:
-    """What ``import_records`` wrote: tokens (of which live ones), and deny entries. The
-    target is empty (``flask tokens copy`` checks it first), so every record is written."""
+    """What ``import_records`` wrote: tokens (of which live ones), deny entries and
+    cut-offs. The target is empty (``flask tokens copy`` checks it first), so every record
+    is written."""
 
     tokens: int = 0
     live: int = 0
     denied: int = 0
+    cutoffs: int = 0
 
 
 class RefreshTokenStore(ABC):
@@ -224,16 +384,46 @@ class RefreshTokenStore(ABC):
         self.clock = clock
 
     @abstractmethod
-    def issue(self, token: str, username: str) -> None:
-        """Record a newly issued refresh token for ``username``, under the policy.
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
+        """Record a newly issued refresh token for ``username``, under the policy, as a new
+        session of ``client`` (its User-Agent cut to ``USER_AGENT_LENGTH``); return the
+        user's cut-off (``log_out_everywhere``), or None, read in the same step, so that a
+        login can wait out the cut-off's second before it mints an access token.
 
         With ``policy.per_user``, the user's oldest live tokens (by issue, or last
         rotation) are forgotten in the same step, so that no more than that many live.
         """
 
     @abstractmethod
+    def sessions_of(self, username: str, limit: int = 50, after: str | None = None) -> SessionPage:
+        """Return a page of the live sessions of ``username``: newest login first, ties
+        broken by id, from the cursor ``after`` (a page's ``next``), at most ``limit``
+        (1 to ``MAX_SESSION_PAGE``). Read through an index by username: its cost does not
+        grow with the other users' tokens. ValueError for a cursor or a limit no page has.
+        """
+
+    @abstractmethod
+    def end_session(self, username: str, session_id: str) -> bool:
+        """Revoke every token of that session; False when ``username`` has no live session
+        of that id (another user's id is exactly like an unknown one)."""
+
+    @abstractmethod
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        """Revoke every refresh token of ``username`` whose session began at or before
+        ``at`` (whole seconds), and raise the user's cut-off to ``at``, in one step; return
+        how many live sessions ended. Idempotent: when the cut-off is already ``at`` or
+        later, nothing is revoked (so that a login made since is kept), and 0 returned."""
+
+    @abstractmethod
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        """Return every user's cut-off later than ``newer_than`` (older ones no longer
+        matter: every access token they refuse has expired; the store may forget them)."""
+
+    @abstractmethod
     def owner_of(self, token: str) -> str | None:
-        """Return the username a live (not retired, not expired) token was issued to, or None."""
+        """Return the username a live (not retired, not expired, not idle) token was issued
+        to, or None. A use: the session's last use is written, at most once a minute; an
+        idle session (``policy.idle_timeout``) is removed."""
 
     @abstractmethod
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
@@ -244,7 +434,8 @@ class RefreshTokenStore(ABC):
         and revoke its whole family (RFC 9700, 4.14.2), unless ``policy.reuse_grace``
         lets them replace the still unused successor. A token the family forgot, known
         by its lineage, is reuse too. The successor inherits the family's expiry:
-        ``policy.lifetime`` counts from the login.
+        ``policy.lifetime`` counts from the login, and its session, used now. An idle
+        session (``policy.idle_timeout``) is removed, and its token ``UNKNOWN``.
         """
 
     @abstractmethod
@@ -307,8 +498,8 @@ class RefreshTokenStore(ABC):
     @abstractmethod
     def export(self) -> Iterator[Record]:
         """Yield every token the store holds (expired and retired ones too: the caller
-        chooses), live ones first, each user's in order of issue, then every deny entry;
-        one moment of the store as far as the backend allows."""
+        chooses), live ones first, each user's in order of issue, then every deny entry,
+        then every cut-off; one moment of the store as far as the backend allows."""
 
     @abstractmethod
     def import_records(self, records: Iterable[Record]) -> Imported:

@@ -1,11 +1,13 @@
-"""Copy every refresh token and deny entry from one store to another (``flask tokens copy``).
+"""Copy every refresh token, deny entry and cut-off from one store to another (``flask
+tokens copy``).
 
 Each backend keeps the same facts about a token (its digest, username, issue time,
-expiry, family, generation, retirement, parent, lineage, and its place in its user's
-order of issue), in its own layout; the source exports them as plain records
-(``RefreshTokenStore.export``) and the target imports them (``import_records``), so a
-token refreshes, rotates, is recognised as reused, and is evicted by the per-user limit
-exactly as before. Expired tokens and entries are left behind.
+expiry, family, generation, retirement, parent, lineage, session, and its place in its
+user's order of issue), and each user's cut-off, in its own layout; the source exports
+them as plain records (``RefreshTokenStore.export``) and the target imports them
+(``import_records``), so a token refreshes, rotates, is recognised as reused, and is
+evicted by the per-user limit exactly as before. Expired tokens and entries are left
+behind.
 
 The target must be empty, and must not be the source however its URL is spelled: a
 second copy into a target that holds the first one's tokens would keep there what the

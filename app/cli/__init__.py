@@ -1,5 +1,6 @@
 """Operator commands: ``flask tokens ...`` on the refresh-token store, for every backend,
-``flask keys ...`` on the signing keys, and ``flask users ...`` on the user directory.
+``flask keys ...`` on the signing keys, ``flask users ...`` on the user directory, and
+``flask sessions ...`` on a user's sessions.
 
 Tokens are shown by the first hex digits of their SHA-256 digest and their issue
 time, never in clear: the store does not hold them in clear either. Keys are shown
@@ -15,6 +16,7 @@ from flask import Flask
 
 from app.cli.clients import clients
 from app.cli.keys import keys
+from app.cli.sessions import sessions
 from app.cli.tokens import tokens
 from app.cli.users import users
 
@@ -27,3 +29,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(keys)
     app.cli.add_command(users)
     app.cli.add_command(clients)
+    app.cli.add_command(sessions)

@@ -154,5 +154,5 @@ def copy_command(target_url: str) -> None:
         target.close()
     click.echo(
         f"copied {copied.tokens} refresh tokens ({copied.live} live, the others retired by"
-        f" rotation) and {copied.denied} deny entries"
+        f" rotation), {copied.denied} deny entries and {copied.cutoffs} users' cut-offs"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from app.backends.interface import BackendUnavailable
 from app.cli.arguments import read_one_line, valid_username
 from app.config.usernames import CLIENT_USERNAME_PREFIX, username_problem
 from app.events import Event
-from app.extensions import current_settings, get_store
+from app.extensions import current_settings, get_clock, get_store
 from app.observability.logging_config import logging_config
 
 #: The longest password ``flask users add`` takes.
@@ -33,12 +34,18 @@ MAX_PASSWORD_LENGTH = 1024
 users = AppGroup("users", help="Add, remove and list the users of USERS_FILE (Argon2id hashes).")
 
 
-def log_event(event: Event, message: str, *args: object, **fields: str) -> None:
-    """Log an operator command's security event: one line in the service's log format."""
+def command_logging() -> None:
+    """Have an operator command log as the service does: its security events are lines
+    in the service's log format."""
     if not logging.getLogger().handlers:  # a `flask` command: gunicorn set nothing up
         settings = current_settings()
         logging.config.dictConfig(logging_config(settings.log_format, settings.log_level))
         current_app.logger.removeHandler(default_handler)  # Flask's own, other format
+
+
+def log_event(event: Event, message: str, *args: object, **fields: str) -> None:
+    """Log an operator command's security event: one line in the service's log format."""
+    command_logging()
     current_app.logger.info(message, *args, extra={"event": event, **fields})
 
 
@@ -89,20 +96,32 @@ def users_file_errors(path: str) -> Iterator[None]:
 
 
 def revoke_tokens(name: str, change: str) -> str:
-    """Revoke every refresh token of ``name``, after its entry in the file changed; return
-    what to print of it. Exit status 1, saying what to run, when the store cannot answer.
+    """Log ``name`` out everywhere as of the change (the file's mtime), after its entry in
+    the file changed: every session begun by then ends, and every access token issued by
+    then is refused; return what to print of it. Exit status 1, saying what to run, when
+    the store cannot answer.
 
     The file is written first: a login checked against the old entry and recording its
-    token after this revocation finds the new entry and takes its token back.
+    token after this revocation finds the new entry and takes its token back; a login
+    with the new password, after the change, is kept (the workers that read the file
+    again log the user out as of the same second: nothing more).
     """
     try:
-        revoked = get_store().revoke_all(name)
+        revoked = get_store().log_out_everywhere(name, _change_time())
     except BackendUnavailable as error:
         raise click.ClickException(
             f"{change}, but its refresh tokens were not revoked, the token store is"
             f" unavailable: {error}; run `flask tokens revoke-user {name}` once it answers"
         ) from None
     return f"revoked {revoked} refresh token{'' if revoked == 1 else 's'}"
+
+
+def _change_time() -> int:
+    """Return the second of the change just written: the file's mtime (now if unreadable)."""
+    try:
+        return int(os.stat(users_file()).st_mtime)
+    except OSError:
+        return int(get_clock()())
 
 
 @users.command("add")

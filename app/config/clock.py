@@ -20,6 +20,8 @@ class Clock:
     __call__ = staticmethod(time.time)
     #: A time that only moves forward, in seconds, for intervals alone.
     monotonic = staticmethod(time.monotonic)
+    #: Wait this many seconds (a login that waits out its user's cut-off's second).
+    sleep = staticmethod(time.sleep)
 
 
 #: The clock of everything built without one: the host's.

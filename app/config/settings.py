@@ -40,6 +40,10 @@ MAX_BODY_BYTES = 16 * 1024
 MAX_REFRESH_TOKEN_LIFETIME = 10 * 365 * 86_400
 #: Longest grace for retrying a rotation with the retired token (Cognito's maximum too).
 MAX_REUSE_GRACE = 60
+#: Longest idle timeout of a session, in seconds (a year): a typo of a few digits is refused.
+MAX_IDLE_TIMEOUT = 365 * 86_400
+#: Longest wait of a worker between two reads of the users' cut-offs, in seconds.
+MAX_SESSION_CUTOFF_REFRESH = 60
 #: Most live refresh tokens one user may be allowed (the limit is checked at each login).
 MAX_TOKENS_PER_USER = 1000
 #: Seconds a token's ``iat`` (or ``nbf``) may lie in the future: hosts' clocks differ a little.
@@ -207,6 +211,15 @@ class Settings:
     #: None: valid until revoked.
     refresh_token_lifetime: int | None = setting(
         "REFRESH_TOKEN_LIFETIME", parse.int_between(60, MAX_REFRESH_TOKEN_LIFETIME), None
+    )
+    #: Seconds a session may go unused before POST /token refuses it; None: no limit.
+    refresh_token_idle_timeout: int | None = setting(
+        "REFRESH_TOKEN_IDLE_TIMEOUT", parse.int_between(60, MAX_IDLE_TIMEOUT), None
+    )
+    #: Seconds between a worker's reads of the users' cut-offs (log out everywhere): the
+    #: longest an access token outlives its user's logout everywhere on another host.
+    session_cutoff_refresh: int = setting(
+        "SESSION_CUTOFF_REFRESH", parse.int_between(1, MAX_SESSION_CUTOFF_REFRESH), 5
     )
     #: Limits per client address on /login and on /token, shortest window first; (): off.
     rate_limit_auth: tuple[RateLimitItem, ...] = setting(

@@ -25,6 +25,7 @@ from app.events import Event, Reason
 from app.extensions import (
     current_settings,
     get_clock,
+    get_cutoffs,
     get_expected_claims,
     get_key_ring,
     get_store,
@@ -72,6 +73,9 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
         )
     except InvalidTokenError as error:
         return None, error.reason
+    # issued at or before its user's logout everywhere: refused as an expired one is
+    if get_cutoffs().refuses(claims["username"], claims["iat"]):
+        return None, Reason.LOGGED_OUT_EVERYWHERE
     return claims, ""
 
 

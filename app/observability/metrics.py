@@ -69,6 +69,8 @@ TOKEN_EVENT_OF: dict[str, str | None] = {
     Event.USER_ADDED: None,  # the operator commands' events: no request, nothing to count
     Event.USER_PASSWORD_CHANGED: None,
     Event.USER_REMOVED: None,
+    Event.SESSION_ENDED: "revoked",  # one session's tokens, as a logout's
+    Event.LOGGED_OUT_EVERYWHERE: None,  # any number of sessions, maybe none
 }
 #: The status of a request refused by a rate limit.
 TOO_MANY_REQUESTS = 429

@@ -5,7 +5,19 @@ from __future__ import annotations
 from flask import Flask
 
 from app.config.settings import Settings
-from app.views import auth, gateway, jwks, me, oauth, oauth_server, ops, resources, server_metadata
+from app.views import (
+    auth,
+    console,
+    gateway,
+    jwks,
+    me,
+    oauth,
+    oauth_server,
+    ops,
+    resources,
+    server_metadata,
+    sessions,
+)
 
 
 def register_blueprints(app: Flask) -> None:
@@ -19,6 +31,8 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(oauth.bp)
     app.register_blueprint(ops.bp)
     app.register_blueprint(jwks.bp)
+    app.register_blueprint(sessions.bp)
+    app.register_blueprint(console.bp)
     if settings.token_issuer is not None:
         app.register_blueprint(server_metadata.bp)
     if settings.clients_file is not None:

@@ -22,6 +22,7 @@ from app.events import Event, Reason
 from app.extensions import (
     current_settings,
     get_clock,
+    get_cutoffs,
     get_expected_claims,
     get_key_ring,
     get_login_failure_limit,
@@ -33,6 +34,7 @@ from app.http.request_body import missing, optional_string, read_fields, require
 from app.http.request_log import note
 from app.http.responses import bodiless
 from app.limits.login_failures import DEVICE_COOKIE, DEVICE_COOKIE_LIFETIME
+from app.sessions import login_client
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"
@@ -85,7 +87,7 @@ def record_login(username: str, verified: str | None) -> str:
     without a user directory) was just checked, and return it; 401 if the user changed."""
     refresh_token = new_refresh_token()
     store = get_store()
-    store.issue(refresh_token, username)
+    cutoff = store.issue(refresh_token, username, login_client())
     users = get_user_directory()
     if users is not None and verified is not None and not users.still_holds(username, verified):
         # `flask users` changed or removed the user after the password was checked, and may
@@ -94,6 +96,7 @@ def record_login(username: str, verified: str | None) -> str:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
+    get_cutoffs().wait_out(username, cutoff)
     return refresh_token
 
 
@@ -125,6 +128,7 @@ def refresh() -> Response:
         raise Unauthorized()
     refuse_unknown_user(username)
     note(user=username, event=Event.REFRESH)
+    get_cutoffs().wait_out(username)
     return jsonify(accessToken=access_token_for(username))
 
 
@@ -154,6 +158,7 @@ def rotated_tokens(refresh_token: str, username: str) -> tuple[str, str]:
         raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
     note(user=username, event=event, family=rotation.family)
+    get_cutoffs().wait_out(username)
     return access_token_for(username), successor
 
 

@@ -55,6 +55,17 @@ CONTRACT = {
     ("/readyz", "get"),
     ("/openapi.json", "get"),
 }
+#: The sessions API's operations: every one takes a Bearer token.
+SESSION_OPERATIONS = [
+    ("/sessions", "get"),
+    ("/sessions", "head"),
+    ("/sessions", "delete"),
+    ("/sessions/{id}", "delete"),
+    ("/admin/users/{username}/sessions", "get"),
+    ("/admin/users/{username}/sessions", "head"),
+    ("/admin/users/{username}/sessions", "delete"),
+    ("/admin/users/{username}/sessions/{id}", "delete"),
+]
 FORM = "application/x-www-form-urlencoded"
 DOCUMENT_FILE = ROOT / "app" / "openapi" / "openapi.json"
 
@@ -332,6 +343,7 @@ def test_security_schemes_are_bearer_jwt_and_the_auth_cookie(make_app):
         ("/auth/check", "head"): [{"bearerAuth": []}],
         ("/api/v1/me", "get"): [{"cookieAuth": []}],
         ("/api/v1/me", "head"): [{"cookieAuth": []}],
+        **{operation: [{"bearerAuth": []}] for operation in SESSION_OPERATIONS},
     }
     assert "security" not in document  # every other operation is open
 

@@ -29,6 +29,7 @@ from app.backends.interface import (
 )
 from app.backends.postgres.process import handing_over
 from app.backends.postgres.schema import SCHEMA_VERSION, read_sql
+from app.backends.postgres.store import SESSIONS_PAGE
 from app.config.parsers import ConfigError
 from tests.helpers.postgres_server import PASSWORD, QUOTED_PASSWORD, SCRAM_ROLE
 from tests.helpers.servers import free_port, wait_until
@@ -268,6 +269,7 @@ def test_no_index_serves_an_operator_command_only(database):
         "refresh_tokens_by_expiry",  # the bounded purge of each issue and rotation
         "refresh_tokens_by_family",  # rotation, reuse and revoke of a family
         "refresh_tokens_by_lineage",  # a token its family forgot, at rotation and revoke
+        "refresh_tokens_by_session",  # a user's live sessions: the sessions API, logouts
     }
     # the per-user limit reads a user's tokens on every login: its index comes with it
     open_store(database, timeout=3, policy=RefreshTokenPolicy(per_user=3)).ping()
@@ -388,6 +390,9 @@ def test_only_relaxed_logins_commit_without_waiting_for_the_wal(database, durabi
     # the pooled connection is back to the server's level after the relaxed login
     with store.client.connection() as connection:
         assert connection.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    # and a login reads the user's cut-off in its one statement, whatever its durability
+    store.log_out_everywhere("alice", 1_000)
+    assert store.issue(new_refresh_token(), "alice") == 1_000
     store.close()
 
 
@@ -755,3 +760,46 @@ def test_connections_killed_during_rotations_never_leave_half_a_rotation(steady_
     assert totals["rotated"] > 0
     assert totals["unanswered"] > 0  # some rotations were cut: none of them by half
     store.close()
+
+
+def test_a_database_of_version_3_is_upgraded_and_its_tokens_become_sessions(database):
+    store = open_store(database, timeout=2)
+    first, other = new_refresh_token(), new_refresh_token()
+    store.issue(first, "alice")
+    store.issue(other, "alice")
+    store.rotate(first, successor := successor_of(first), "alice")
+    store.close()
+    with psycopg.connect(database, autocommit=True) as connection:
+        # as version 3 left it: no session columns, no cut-offs
+        connection.execute(
+            "DROP INDEX refresh_tokens_by_session; DROP TABLE cutoffs;"
+            " ALTER TABLE refresh_tokens DROP COLUMN session, DROP COLUMN logged_in_at,"
+            " DROP COLUMN last_used_at, DROP COLUMN address, DROP COLUMN user_agent;"
+            " UPDATE token_store_schema SET version = 3"
+        )
+    store = open_store(database, timeout=2)
+    sessions = store.sessions_of("alice").sessions
+    assert len({session.id for session in sessions}) == 2
+    assert all(session.address == session.user_agent == "" for session in sessions)
+    assert all(len(session.id) == 64 for session in sessions)  # two random UUIDs' bits
+    with psycopg.connect(database) as connection:
+        (families,) = connection.execute(
+            "SELECT count(DISTINCT session) FROM refresh_tokens WHERE family IS NOT NULL"
+        ).fetchone()
+    assert families == 1  # the retired token and its successor: one session
+    assert store.log_out_everywhere("alice", int(time.time())) == 2
+    assert store.owner_of(successor) is None
+    store.close()
+
+
+def test_a_users_sessions_are_read_through_the_index_by_username(store):
+    store.issue(new_refresh_token(), "alice")
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        connection.execute("SET enable_seqscan = off")  # a table this small: force the choice
+        plan = connection.execute(
+            f"EXPLAIN {SESSIONS_PAGE}",
+            {"username": "alice", "at": 1, "session": "", "now": 0, "idle": None, "limit": 51},
+        ).fetchall()
+    text = "\n".join(row[0] for row in plan)
+    assert "refresh_tokens_by_session" in text
+    assert "Sort" not in text  # the index's order is the page's

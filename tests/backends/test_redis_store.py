@@ -17,6 +17,8 @@ from app.backends.interface import (
     BackendUnavailable,
     Outcome,
     RefreshTokenPolicy,
+    successor_of,
+    to_the_minute,
     token_digest,
 )
 from app.config.parsers import ConfigError
@@ -75,6 +77,8 @@ def all_keys(client) -> dict[str, object]:
     for key in client.keys("*"):
         if client.type(key) == "hash":
             contents[key] = client.hgetall(key)
+        elif client.type(key) == "string":
+            contents[key] = client.get(key)
         else:
             contents[key] = client.zrange(key, 0, -1)
     return contents
@@ -111,13 +115,18 @@ def test_expired_tokens_leave_no_member_behind_in_any_index(redis_url, session_r
     clock.advance(60)
     bob = token_digest(fresh := new_refresh_token())
     store.issue(fresh, "bob")  # purges a batch: all 7 expired records, none left dangling
+    (session,) = store.sessions_of("bob").sessions
     with session_redis.client() as client:
         assert all_keys(client) == {
             "rt:digests": [bob],
             "rt:expiring": [bob + "bob"],
             "rt:user:bob": [bob],
             f"rt:token:{bob}": {"username": "bob", "issued_at": str(int(start) + 60),
-                                "expires_at": str(int(start) + 120)},
+                                "expires_at": str(int(start) + 120), "session": session.id,
+                                "logged_in_at": str(int(start) + 60),
+                                "last_used_at": str(to_the_minute(start + 60)),
+                                "address": "", "user_agent": ""},
+            "rt:schema": "2",
         }  # fmt: skip
     store.close()
 
@@ -431,3 +440,29 @@ def test_the_store_uses_no_other_redis_database(redis_server):
         assert db0.dbsize() == 0
         assert db5.dbsize() == 3
     store.close()
+
+
+def test_tokens_from_before_sessions_become_sessions_one_per_family(
+    store, redis_url, session_redis
+):
+    first, other = new_refresh_token(), new_refresh_token()
+    store.issue(first, "alice")
+    store.issue(other, "alice")
+    store.rotate(first, successor := successor_of(first), "alice")
+    with session_redis.client() as client:  # as the layout before sessions left them
+        for key in client.scan_iter("rt:token:*"):
+            client.hdel(key, "session", "logged_in_at", "last_used_at", "address", "user_agent")
+        client.delete("rt:schema")
+    store.close()
+    again = open_store(redis_url, timeout=2)
+    again.ping()  # the start-up check migrates
+    sessions = again.sessions_of("alice").sessions
+    assert len({session.id for session in sessions}) == 2
+    assert all(session.address == session.user_agent == "" for session in sessions)
+    with session_redis.client() as client:
+        assert client.get("rt:schema") == "2"
+        ids = {client.hget(key, "session") for key in client.scan_iter("rt:token:*")}
+    assert len(ids) == 2  # the retired token and its successor: one session
+    assert again.log_out_everywhere("alice", 2**40) == 2
+    assert again.owner_of(successor) is None
+    again.close()

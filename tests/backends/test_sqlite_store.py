@@ -20,8 +20,8 @@ from app.backends.interface import (
     token_digest,
 )
 from app.backends.sqlite.files import ProcessWriter, connect_wal
-from app.backends.sqlite.store import SQLiteTokenStore
-from app.backends.sqlite.tables import SCHEMA_VERSION
+from app.backends.sqlite.store import SESSIONS_PAGE, SQLiteTokenStore
+from app.backends.sqlite.tables import SCHEMA_VERSION, SESSION_COLUMNS
 from tests.helpers.clock import ManualClock
 from tests.helpers.stores import open_store
 
@@ -59,7 +59,7 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_tokens(path):
     assert store.owner_of(old) == "alice"
     assert columns(path) == [
         "digest", "username", "issued_at", "expires_at", "family", "generation", "retired_at",
-        "parent", "sequence", "lineage",
+        "parent", "sequence", "lineage", *SESSION_COLUMNS,
     ]  # fmt: skip
     successor = new_refresh_token()
     assert store.rotate(old, successor, "alice").outcome is Outcome.ROTATED
@@ -107,7 +107,7 @@ def test_a_file_of_the_rotation_schema_is_migrated_and_its_successors_have_no_pa
         f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(reuse_grace=5, per_user=3)
     )
     assert store.owner_of(second) == "alice"
-    assert columns(path)[-3:] == ["parent", "sequence", "lineage"]
+    assert columns(path)[-8:-5] == ["parent", "sequence", "lineage"]
     assert {"refresh_tokens_by_sequence", "refresh_tokens_by_lineage"} <= indexes(path)
     assert store.rotate(first, new_refresh_token(), "alice").outcome is Outcome.REUSED
     assert store.owner_of(second) is None
@@ -153,7 +153,9 @@ def test_a_file_from_before_versions_with_any_earlier_columns_is_brought_to_the_
     assert user_version(path) == 0  # no version: made before versions
     store = open_store(f"sqlite:///{path}", timeout=2, policy=RefreshTokenPolicy(per_user=2))
     assert store.owner_of(token) == "alice"
-    assert sorted(columns(path)) == sorted(["digest", "username", "issued_at", *LATER_COLUMNS])
+    assert sorted(columns(path)) == sorted(
+        ["digest", "username", "issued_at", *LATER_COLUMNS, *SESSION_COLUMNS]
+    )
     assert user_version(path) == SCHEMA_VERSION
     assert {"denied_tokens_by_expiry", "refresh_tokens_by_lineage"} <= indexes(path)
     successor = successor_of(token)
@@ -379,4 +381,49 @@ def test_expired_deny_entries_are_purged_by_the_next_deny_through_their_index(pa
         store, "SELECT digest FROM denied_tokens WHERE expires_at <= ? LIMIT ?", now, 16
     )
     assert "denied_tokens_by_expiry" in purge
+    store.close()
+
+
+def test_a_file_of_version_1_is_migrated_and_its_tokens_become_sessions(path):
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        database.execute("PRAGMA user_version = 0")
+    store = open_store(f"sqlite:///{path}", timeout=2)
+    first, other = new_refresh_token(), new_refresh_token()
+    store.issue(first, "alice")
+    store.issue(other, "alice")
+    store.rotate(first, successor := successor_of(first), "alice")
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as database, database:
+        # as version 1 left it: no session columns' values, no cut-offs
+        database.execute(
+            "UPDATE refresh_tokens SET session = NULL, logged_in_at = NULL, last_used_at = NULL,"
+            " address = NULL, user_agent = NULL"
+        )
+        database.execute("DROP TABLE cutoffs")
+        database.execute("PRAGMA user_version = 1")
+    store = open_store(f"sqlite:///{path}", timeout=2)
+    sessions = store.sessions_of("alice").sessions
+    assert user_version(path) == SCHEMA_VERSION
+    assert len({session.id for session in sessions}) == 2
+    assert all(session.address == session.user_agent == "" for session in sessions)
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        (families,) = database.execute(
+            "SELECT count(DISTINCT session) FROM refresh_tokens WHERE family IS NOT NULL"
+        ).fetchone()
+    assert families == 1  # the retired token and its successor: one session
+    assert store.log_out_everywhere("alice", int(time.time())) == 2
+    assert store.owner_of(successor) is None
+    store.close()
+
+
+def test_a_users_sessions_are_read_through_the_index_by_username_without_a_sort(path):
+    store = open_store(f"sqlite:///{path}", timeout=2)
+    store.issue(new_refresh_token(), "alice")
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        plan = database.execute(
+            f"EXPLAIN QUERY PLAN {SESSIONS_PAGE}", ("alice", 1, 1, "", 0, None, None, 51)
+        ).fetchall()
+    text = " ".join(str(row[-1]) for row in plan)
+    assert "USING INDEX refresh_tokens_by_session (username=? AND logged_in_at<?)" in text
+    assert "TEMP B-TREE" not in text  # the index's order is the page's
     store.close()

@@ -27,6 +27,18 @@ redis-server, a real PostgreSQL). The rules of families, stated once here:
   second; successors keep their family's expiry. Expired tokens are purged in bounded
   batches through an index.
 - Deny entries refuse a signed token's digest until a time, then are forgotten.
+- A *session* is a family: ``issue`` starts one with a random id (not derived from the
+  token), its login time and the client seen (the User-Agent cut to 256 characters);
+  every token rotated from it carries the same. Its last use is kept to the minute and
+  written at most once a minute (by ``owner_of`` and ``rotate``). ``sessions_of`` pages
+  a user's live sessions, newest login first, ties by id, by a keyset cursor, through an
+  index by username. ``end_session`` forgets a session's whole family, only the user's
+  own. ``log_out_everywhere(user, at)`` forgets every session begun at or before ``at``
+  and raises the user's cut-off to ``at``, in one step; when the cut-off is ``at`` or
+  later already it does nothing, so a login made since stays. ``issue`` returns the
+  user's cut-off, read in its step. With ``idle_timeout``, a session whose last use
+  (to the minute) is that long ago is refused (unknown) and forgotten when presented,
+  and listed no more (tests/backends/test_sessions.py).
 - ``export`` and ``import_records`` carry all of the above, so a copied family behaves
   exactly as the original (tests/backends/test_store_copy.py, every pair of backends).
 """

@@ -18,6 +18,7 @@ from app.backends import backend_at
 from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
+    LoginClient,
     Outcome,
     RefreshTokenPolicy,
     successor_of,
@@ -70,7 +71,7 @@ def empty(backend: str, url: str) -> None:
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute("TRUNCATE refresh_tokens, denied_tokens")
+            connection.execute("TRUNCATE refresh_tokens, denied_tokens, cutoffs")
     else:
         import redis
 
@@ -124,6 +125,39 @@ def test_every_token_moves_and_behaves_as_before(source_backend, target_backend,
     # and expires when it did
     clock.advance(3600)
     assert target.owner_of(plain["user0"]) is None
+    source.close()
+    target.close()
+
+
+@store_pairs(PAIRS)
+def test_sessions_and_cutoffs_move_and_behave_as_before(
+    source_backend, target_backend, request, tmp_path
+):
+    policy = RefreshTokenPolicy(idle_timeout=600)
+    clock = ManualClock(1_800_000_000.0)
+    source = open_store(url_of(source_backend, request, tmp_path), 5, policy=policy, clock=clock)
+    target = open_store(url_of(target_backend, request, tmp_path), 5, policy=policy, clock=clock)
+    first, other = new_refresh_token(), new_refresh_token()
+    source.issue(first, "alice", LoginClient("198.51.100.7", "agent/1"))
+    source.issue(new_refresh_token(), "bob")
+    source.log_out_everywhere("bob", int(clock()))
+    clock.advance(61)
+    source.issue(other, "alice")
+    rotated = successor_of(first)
+    source.rotate(first, rotated, "alice")
+    before = source.sessions_of("alice").sessions
+
+    copied = copy_tokens(source, target)
+
+    assert copied.cutoffs == 1
+    assert target.sessions_of("alice").sessions == before
+    assert target.cutoffs(0) == {"bob": int(clock()) - 61}
+    assert target.log_out_everywhere("bob", int(clock()) - 61) == 0  # done already
+    session = next(s for s in before if s.address == "198.51.100.7")
+    assert target.end_session("alice", session.id)
+    assert target.owner_of(rotated) is None
+    clock.advance(600)  # other: idle since its login's minute
+    assert target.owner_of(other) is None
     source.close()
     target.close()
 
@@ -201,7 +235,8 @@ def test_flask_tokens_copy_moves_the_apps_tokens_and_never_shows_the_url(make_ap
     result = app.test_cli_runner().invoke(args=["tokens", "copy", "--to", postgres_url])
     assert result.exit_code == 0, result.output
     assert result.output == (
-        "copied 1 refresh tokens (1 live, the others retired by rotation) and 0 deny entries\n"
+        "copied 1 refresh tokens (1 live, the others retired by rotation), 0 deny entries"
+        " and 0 users' cut-offs\n"
     )
     moved = make_app(TOKEN_STORE_URL=postgres_url).test_client()
     body = {"username": "alice", "refreshToken": tokens["refreshToken"]}

@@ -21,6 +21,10 @@ class ManualClock(Clock):
     def monotonic(self) -> float:
         return self.monotonic_now
 
+    def sleep(self, seconds: float) -> None:
+        """Wait: move the time, at once."""
+        self.advance(seconds)
+
     def advance(self, seconds: float) -> None:
         """Move the wall time and the monotonic time by ``seconds``."""
         self.now += seconds

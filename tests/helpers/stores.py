@@ -177,7 +177,10 @@ def session_postgres() -> Iterator[Any]:
 
 #: Every row the store keeps, emptied before each test (DELETE: cheaper than a TRUNCATE
 #: or a new database on tables this small).
-EMPTY_TABLES = "DELETE FROM refresh_tokens; DELETE FROM denied_tokens; DELETE FROM rate_limits"
+EMPTY_TABLES = (
+    "DELETE FROM refresh_tokens; DELETE FROM denied_tokens; DELETE FROM rate_limits;"
+    " DELETE FROM cutoffs"
+)
 
 
 @pytest.fixture

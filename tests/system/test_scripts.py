@@ -51,6 +51,12 @@ INVOCATIONS = [
     ("client-token.sh", [], CLIENT),
     ("introspect.sh", [ACCESS], CLIENT),
     ("oauth-revoke.sh", [REFRESH], {}),
+    ("sessions.sh", [], {"ACCESS_TOKEN": ACCESS}),
+    ("sessions.sh", [], {"ACCESS_TOKEN": ACCESS, "SESSIONS_USER": "bob", "EXPECT": "denied"}),
+    ("sessions.sh", [], {"EXPECT": "unauthorized"}),
+    ("end-session.sh", ["AAAAAAAAAAAAAAAAAAAAAA"], {"ACCESS_TOKEN": ACCESS}),
+    ("end-session.sh", ["AAAAAAAAAAAAAAAAAAAAAA"], {"ACCESS_TOKEN": ACCESS, "EXPECT": "unknown"}),
+    ("log-out-everywhere.sh", [], {"ACCESS_TOKEN": ACCESS}),
 ]
 
 
@@ -165,6 +171,42 @@ def test_every_script_passes_in_a_realistic_session(gunicorn_server, tmp_path):
     assert ok("logout.sh", COOKIE_JAR=str(jar)) == ""
     assert cookie not in jar.read_text()  # curl dropped the cleared cookie from the jar
     assert ok("logout.sh") == ""
+
+
+def test_the_session_scripts_list_end_and_log_out_everywhere(gunicorn_server):
+    server = gunicorn_server(workers=1)  # a logout everywhere is seen at once
+
+    def ok(script: str, *args: str, **env: str) -> str:
+        result = run(script, *args, base_url=server.url, **env)
+        assert (result.returncode, result.stderr) == (0, ""), script
+        return result.stdout
+
+    first = json.loads(ok("login.sh", "bob"))
+    ok("login.sh", "bob")
+    bob = {"ACCESS_TOKEN": first["accessToken"]}
+    admin = {"ACCESS_TOKEN": json.loads(ok("login.sh", "admin"))["accessToken"]}
+    page = json.loads(ok("sessions.sh", LIMIT="1", **bob))
+    assert (len(page["sessions"]), type(page["next"])) == (1, str)
+    rest = json.loads(ok("sessions.sh", AFTER=page["next"], **bob))
+    assert (len(rest["sessions"]), rest["next"]) == (1, None)
+    listed = json.loads(ok("sessions.sh", SESSIONS_USER="bob", **admin))["sessions"]
+    assert [session["id"] for session in listed] == [
+        session["id"] for session in page["sessions"] + rest["sessions"]
+    ]
+    assert ok("sessions.sh", SESSIONS_USER="bob", EXPECT="denied", **bob) == (
+        '{"message":"No access"}\n'
+    )
+    assert ok("sessions.sh", EXPECT="unauthorized") == "Unauthorized\n"
+
+    newest = listed[0]["id"]
+    assert ok("end-session.sh", newest, **bob) == ""
+    unknown = ok("end-session.sh", newest, SESSIONS_USER="bob", EXPECT="unknown", **admin)
+    assert unknown == '{"message":"no such session"}\n'
+    left = json.loads(ok("sessions.sh", **bob))["sessions"]
+    assert [session["id"] for session in left] == [listed[1]["id"]]
+    assert json.loads(ok("log-out-everywhere.sh", SESSIONS_USER="bob", **admin)) == {"ended": 1}
+    assert ok("sessions.sh", EXPECT="unauthorized", **bob) == "Unauthorized\n"
+    assert json.loads(ok("log-out-everywhere.sh", **admin)) == {"ended": 1}
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Shared durable store: refresh-token digests in one PostgreSQL database every host uses.
 
 Every operation is one statement, so one round trip: a plain one where a single row is
-read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT),
+read or written (a login under SPEC.md's defaults is one INSERT, a refresh one SELECT, and
+once a minute per session an UPDATE of its last use),
 else a call of one of the functions the schema made (``sql/functions.sql``), which read
 and change several rows in one transaction. Each runs in autocommit: it is committed
 before it is answered, or not at all, so a connection lost in the middle (a restart,
@@ -24,19 +25,30 @@ from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
+    UNKNOWN_CLIENT,
     BackendUnavailable,
+    Cutoff,
     DenyEntry,
     Imported,
+    LoginClient,
     Outcome,
     Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    Session,
+    SessionPage,
     StoredToken,
     TokenRecord,
     batches,
+    check_page_limit,
+    is_session_id,
     lineage_digest,
+    new_session_id,
+    page_of,
+    parse_session_cursor,
+    to_the_minute,
     token_digest,
 )
 from app.backends.postgres.client import POSTGRES_FAILURES, ProcessPool
@@ -46,8 +58,25 @@ from app.config.clock import SYSTEM_CLOCK, Clock
 #: A live token: neither retired nor expired (``%(now)s``: the whole second).
 LIVE = "retired_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
 OWNER_OF = (  # positional parameters: psycopg reorders named ones on each call
-    "SELECT username FROM refresh_tokens WHERE digest = %s AND retired_at IS NULL"
-    " AND (expires_at IS NULL OR expires_at > %s)"
+    "SELECT username, last_used_at, family FROM refresh_tokens WHERE digest = %s"
+    " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > %s)"
+)
+#: A session's last use, written at most once a minute (by ``owner_of``).
+TOUCH = (
+    "UPDATE refresh_tokens SET last_used_at = %s WHERE digest = %s"
+    " AND (last_used_at IS NULL OR last_used_at < %s)"
+)
+#: A session's columns, as ``Session`` takes them after its username.
+SESSION_FIELDS = "session, logged_in_at, last_used_at, address, user_agent"
+#: A page of one user's live sessions after a (login time, id), through the index by
+#: username in its order (the partial index's own condition is in the WHERE clause).
+SESSIONS_PAGE = (
+    f"SELECT {SESSION_FIELDS} FROM refresh_tokens"  # noqa: S608 (constants only)
+    " WHERE username = %(username)s AND retired_at IS NULL AND logged_in_at <= %(at)s"
+    " AND (logged_in_at < %(at)s OR session > %(session)s)"
+    " AND (expires_at IS NULL OR expires_at > %(now)s)"
+    " AND (%(idle)s::bigint IS NULL OR last_used_at > %(idle)s)"
+    " ORDER BY logged_in_at DESC, session LIMIT %(limit)s"
 )
 TOKENS_OF = (
     "SELECT digest, issued_at FROM refresh_tokens"  # noqa: S608 (constants only)
@@ -56,24 +85,35 @@ TOKENS_OF = (
 COUNT = f"SELECT count(*) FROM refresh_tokens WHERE {LIVE}"  # noqa: S608
 #: SPEC.md's login: one INSERT. ``relaxed`` durability commits it without waiting for
 #: the WAL's flush (``synchronous_commit`` off, for this transaction only).
-INSERT = "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (%s, %s, %s)"
-INSERT_RELAXED = (
-    "INSERT INTO refresh_tokens (digest, username, issued_at)"
-    " SELECT %s, %s, %s FROM set_config('synchronous_commit', 'off', true)"
+#: It returns the user's cut-off, read in the same statement.
+INSERT = (
+    f"INSERT INTO refresh_tokens (digest, username, issued_at, {SESSION_FIELDS})"  # noqa: S608
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    " RETURNING (SELECT at FROM cutoffs WHERE username = refresh_tokens.username)"
 )
-ISSUE = "SELECT token_store_issue(%s, %s, %s, %s, %s, %s)"
+INSERT_RELAXED = (
+    f"INSERT INTO refresh_tokens (digest, username, issued_at, {SESSION_FIELDS})"  # noqa: S608
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM set_config('synchronous_commit', 'off', true)"
+    " RETURNING (SELECT at FROM cutoffs WHERE username = refresh_tokens.username)"
+)
+ISSUE = "SELECT token_store_issue(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 ISSUE_RELAXED = (
-    "SELECT token_store_issue(%s, %s, %s, %s, %s, %s)"
+    "SELECT token_store_issue(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
     " FROM set_config('synchronous_commit', 'off', true)"
 )
 #: The columns of a token as ``export`` yields them (``StoredToken``'s fields, in order).
 EXPORTED = (
-    "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage"
+    "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage,"
+    f" {SESSION_FIELDS}"
 )
 IMPORT_TOKEN = (
     f"INSERT INTO refresh_tokens ({EXPORTED}, sequence)"  # noqa: S608 (constants only)
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    f" VALUES ({'%s, ' * 14}"
     " CASE WHEN %s THEN nextval('refresh_tokens_sequence') END) ON CONFLICT (digest) DO NOTHING"
+)
+IMPORT_CUTOFF = (
+    "INSERT INTO cutoffs (username, at) VALUES (%s, %s)"
+    " ON CONFLICT (username) DO UPDATE SET at = greatest(cutoffs.at, excluded.at)"
 )
 IMPORT_DENY_ENTRY = (
     "INSERT INTO denied_tokens (digest, expires_at) VALUES (%s, %s) ON CONFLICT (digest)"
@@ -82,6 +122,7 @@ IMPORT_DENY_ENTRY = (
 #: Whether the store holds any token or deny entry, even an expired one.
 HOLDS_ANYTHING = (
     "SELECT EXISTS (SELECT 1 FROM refresh_tokens) OR EXISTS (SELECT 1 FROM denied_tokens)"
+    " OR EXISTS (SELECT 1 FROM cutoffs)"
 )
 #: What names the table among every server: the server's start (to the microsecond),
 #: the database, and the table's oid there (its schema's).
@@ -120,31 +161,49 @@ class PostgresTokenStore(RefreshTokenStore):
         self.relaxed = durability == "relaxed"
         self.location = client.location
 
-    def issue(self, token: str, username: str) -> None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
         now, policy = self.clock(), self.policy
-        digest = token_digest(token)
+        digest, issued_at = token_digest(token), math.floor(now)
+        seen = (client or UNKNOWN_CLIENT).kept()
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one INSERT
-            self._execute(INSERT_RELAXED if self.relaxed else INSERT, (digest, username, int(now)))
-            return
-        expires_at = int(now) + policy.lifetime if policy.lifetime else None
-        self._execute(
-            ISSUE_RELAXED if self.relaxed else ISSUE,
-            (digest, username, now, expires_at, policy.per_user, PURGE_BATCH),
-        )
+            row = self._fetch_one(
+                INSERT_RELAXED if self.relaxed else INSERT,
+                (digest, username, issued_at, new_session_id(), issued_at,
+                 to_the_minute(now), seen.address, seen.user_agent),
+            )  # fmt: skip
+        else:
+            expires_at = issued_at + policy.lifetime if policy.lifetime else None
+            row = self._fetch_one(
+                ISSUE_RELAXED if self.relaxed else ISSUE,
+                (digest, username, now, expires_at, policy.per_user, PURGE_BATCH,
+                 new_session_id(), seen.address, seen.user_agent),
+            )  # fmt: skip
+        return None if row is None or row[0] is None else int(row[0])
 
     def owner_of(self, token: str) -> str | None:
-        row = self._fetch_one(OWNER_OF, (token_digest(token), math.floor(self.clock())))
-        return None if row is None else str(row[0])
+        digest, now = token_digest(token), self.clock()
+        row = self._fetch_one(OWNER_OF, (digest, math.floor(now)))
+        if row is None:
+            return None
+        username, last_used_at, family = row
+        idle_since, minute = self.policy.idle_since(now), to_the_minute(now)
+        if idle_since is not None and last_used_at is not None and last_used_at <= idle_since:
+            self._execute("SELECT token_store_forget_live(%s, %s)", (digest, family))
+            return None
+        if last_used_at is None or last_used_at < minute:  # once a minute: a write
+            self._execute(TOUCH, (minute, digest, minute))
+        return str(username)
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
-        policy = self.policy
+        policy, now = self.policy, self.clock()
         row = self._fetch_one(
             "SELECT outcome, family_digest FROM token_store_rotate"
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
-                token_digest(token), token_digest(successor), username, self.clock(),
+                token_digest(token), token_digest(successor), username, now,
                 policy.lifetime, policy.reuse_grace, RETIRED_GENERATIONS_KEPT, PURGE_BATCH,
                 bool(policy.per_user or policy.lifetime), lineage_digest(token),
+                policy.idle_since(now),
             ),
         )  # fmt: skip
         assert row is not None  # a function's one row
@@ -169,6 +228,44 @@ class PostgresTokenStore(RefreshTokenStore):
                 {"username": username, "now": math.floor(self.clock())},
             ).fetchall()
         return [TokenRecord.of(digest, username, int(at)) for digest, at in rows]
+
+    def sessions_of(self, username: str, limit: int = 50, after: str | None = None) -> SessionPage:
+        check_page_limit(limit)
+        at, session = (1 << 62, "") if after is None else parse_session_cursor(after)
+        now = self.clock()
+        with self._connection() as connection:
+            rows = connection.execute(
+                SESSIONS_PAGE,
+                {
+                    "username": username, "at": at, "session": session,
+                    "now": math.floor(now), "idle": self.policy.idle_since(now),
+                    "limit": limit + 1,
+                },
+            ).fetchall()  # fmt: skip
+        return page_of([Session(row[0], username, *row[1:]) for row in rows], limit)
+
+    def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
+        return bool(
+            self._value(
+                "SELECT token_store_end_session(%s, %s, %s)", (username, session_id, self.clock())
+            )
+        )
+
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        return int(
+            self._value(
+                "SELECT token_store_log_out_everywhere(%s, %s, %s)", (username, at, self.clock())
+            )
+        )
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        with self._connection() as connection:
+            rows = connection.execute(
+                "SELECT username, at FROM cutoffs WHERE at > %s", (newer_than,)
+            ).fetchall()
+        return {username: int(at) for username, at in rows}
 
     def revoke_all(self, username: str) -> int:
         return int(self._value("SELECT token_store_revoke_all(%s, %s)", (username, self.clock())))
@@ -233,16 +330,20 @@ class PostgresTokenStore(RefreshTokenStore):
                     "SELECT digest, expires_at FROM denied_tokens"
                 ):
                     yield DenyEntry(digest, until)
+                for username, at in connection.execute("SELECT username, at FROM cutoffs"):
+                    yield Cutoff(username, int(at))
         except POSTGRES_FAILURES as error:
             raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error
 
     def import_records(self, records: Iterable[Record]) -> Imported:
-        tokens = live = denied = 0
+        tokens = live = denied = cutoffs = 0
+        sessions: dict[str, str] = {}
         try:
             with self._copying() as connection:
                 for batch in batches(records):
                     denies = [astuple(r) for r in batch if isinstance(r, DenyEntry)]
-                    rows = [r for r in batch if isinstance(r, StoredToken)]
+                    ends = [astuple(r) for r in batch if isinstance(r, Cutoff)]
+                    rows = [r.with_session(sessions) for r in batch if isinstance(r, StoredToken)]
                     # a statement for the live rows (numbered in the order given, their
                     # order of issue, as issue() numbers), then one for the others: each
                     # row count is of those written
@@ -256,14 +357,16 @@ class PostgresTokenStore(RefreshTokenStore):
                             cursor.executemany(IMPORT_TOKEN, group)
                             written.append(max(cursor.rowcount, 0))  # -1 after no row at all
                         cursor.executemany(IMPORT_DENY_ENTRY, denies)
-                    tokens, live, denied = (
+                        cursor.executemany(IMPORT_CUTOFF, ends)
+                    tokens, live, denied, cutoffs = (
                         tokens + sum(written),
                         live + written[0],
                         denied + len(denies),
+                        cutoffs + len(ends),
                     )
         except POSTGRES_FAILURES as error:
             raise BackendUnavailable(self.client.message("PostgreSQL store", error)) from error
-        return Imported(tokens, live, denied)
+        return Imported(tokens, live, denied, cutoffs)
 
     def holds_anything(self) -> bool:
         return bool(self._value(HOLDS_ANYTHING, ()))

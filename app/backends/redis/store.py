@@ -21,6 +21,12 @@ Key layout (``decode_responses`` is on: every key, field and value is text):
                         expiry, scored by it: the index that purges expired tokens
 ``rt:denied:<digest>``  a signed token refused until the time it holds (a logged-out
                         cookie token), with a TTL to then
+``rt:cutoffs``          sorted set of usernames scored by their cut-off
+                        (``log_out_everywhere``)
+``rt:schema``           the version of this layout: 2 once every token from before
+                        sessions has its session (``session``, ``logged_in_at``,
+                        ``last_used_at``, ``address`` and ``user_agent`` in its hash, the
+                        same on every token of a family)
 ``rt:copy-probe:<hex>`` written for a moment by ``is_same_store`` (expires within a minute)
 
 A digest is 64 hex digits, so no token key can be mistaken for another kind, and
@@ -30,8 +36,9 @@ key has a TTL (refresh tokens are valid until revoked). With a lifetime, a token
 hash and its family's set and lineage expire with the token, and each issue or rotation purges
 a bounded batch of ``rt:expiring``'s due members from the other sets, so nothing
 dangles for long. Each change is one Lua script (or one ``SET``, a deny entry), so no
-reader ever sees a token without its index entries, and a login, a refresh, a rotation or
-a revoke is one round trip. Times come from the client (the app host's clock), as with
+reader ever sees a token without its index entries, and a login, a refresh, a rotation,
+a revoke, a page of sessions or a logout everywhere is one round trip (a refresh without
+rotation writes its session's last use once a minute: a second one). Times come from the client (the app host's clock), as with
 SQLite; the TTLs are set relative to them.
 """
 
@@ -51,19 +58,30 @@ from app.backends.interface import (
     IMPORT_BATCH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
+    UNKNOWN_CLIENT,
     BackendUnavailable,
+    Cutoff,
     DenyEntry,
     Imported,
+    LoginClient,
     Outcome,
     Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    Session,
+    SessionPage,
     StoredToken,
     TokenRecord,
     batches,
+    check_page_limit,
+    is_session_id,
     lineage_digest,
+    new_session_id,
+    page_of,
+    parse_session_cursor,
+    to_the_minute,
     token_digest,
 )
 from app.backends.redis.client import REDIS_FAILURES, failure_message, read_lua
@@ -77,6 +95,10 @@ DIGESTS_KEY = "rt:digests"
 EXPIRING_KEY = "rt:expiring"
 DENIED_KEY_PREFIX = "rt:denied:"
 COPY_PROBE_KEY_PREFIX = "rt:copy-probe:"
+CUTOFFS_KEY = "rt:cutoffs"
+SCHEMA_KEY = "rt:schema"
+#: The layout's version (``SCHEMA_KEY``): 2, sessions.
+SCHEMA_VERSION = 2
 #: Expired tokens ``count``, ``tokens_of`` and ``revoke_digest`` purge per script call.
 PURGE_ALL_BATCH = 1000
 
@@ -85,12 +107,15 @@ PURGE_ALL_BATCH = 1000
 SCRIPTS = {
     file.removesuffix(".lua"): read_lua("forget.lua", file)
     for file in ("revoke.lua", "revoke_all.lua", "revoke_prefix.lua", "purge.lua", "issue.lua",
-                 "rotate.lua")
-} | {"login": read_lua("login.lua")}  # fmt: skip
+                 "rotate.lua", "sessions.lua", "end_session.lua", "log_out_everywhere.lua")
+} | {name: read_lua(f"{name}.lua") for name in ("login", "touch", "migrate")}  # fmt: skip
 #: The fields ``owner_of`` reads of a token's hash.
-OWNER_FIELDS = ("username", "expires_at", "retired_at")
+OWNER_FIELDS = ("username", "expires_at", "retired_at", "last_used_at")
 #: The fields of a token's hash an import writes as they are (``retired_at`` is a float's repr).
-PLAIN_FIELDS = ("username", "issued_at", "expires_at", "family", "generation", "parent", "lineage")
+PLAIN_FIELDS = (
+    "username", "issued_at", "expires_at", "family", "generation", "parent", "lineage",
+    "session", "logged_in_at", "last_used_at", "address", "user_agent",
+)  # fmt: skip
 
 
 def _microseconds(now: float) -> int:
@@ -121,46 +146,67 @@ class RedisTokenStore(RefreshTokenStore):
         scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
         self._revoke, self._revoke_all = scripts["revoke"], scripts["revoke_all"]
         self._revoke_prefix, self._purge = scripts["revoke_prefix"], scripts["purge"]
+        self._sessions, self._end_session = scripts["sessions"], scripts["end_session"]
+        self._log_out_everywhere, self._touch = scripts["log_out_everywhere"], scripts["touch"]
+        self._migrate_family = scripts["migrate"]
+        #: Whether this store found the layout at its version (``_migrate``).
+        self._migrated = False
         self._issue, self._rotate, self._login = (
             scripts["issue"],
             scripts["rotate"],
             scripts["login"],
         )
 
-    def issue(self, token: str, username: str) -> None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
+        seen = (client or UNKNOWN_CLIENT).kept()
+        session = (new_session_id(), to_the_minute(now), seen.address, seen.user_agent)
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: lua/login.lua
-            keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY)
-            args = (username, issued_at, _microseconds(now), digest)
+            keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY, CUTOFFS_KEY)
+            args = (username, issued_at, _microseconds(now), digest, *session)
             with self._answering():  # the Script loads itself where Redis lacks it
-                self._login(keys=keys, args=args)
-            return
-        expires_at = issued_at + policy.lifetime if policy.lifetime else ""
-        with self._answering():
-            self._run(
-                self._issue, [], digest, username, repr(now), issued_at, expires_at,
-                policy.per_user, PURGE_BATCH, _microseconds(now),
-            )  # fmt: skip
+                cutoff = self._login(keys=keys, args=args)
+        else:
+            expires_at = issued_at + policy.lifetime if policy.lifetime else ""
+            with self._answering():
+                cutoff = self._call(
+                    self._issue, [CUTOFFS_KEY], digest, username, repr(now), issued_at,
+                    expires_at, policy.per_user, PURGE_BATCH, _microseconds(now), *session,
+                )  # fmt: skip
+        return None if cutoff is None else int(float(cutoff))
 
     def owner_of(self, token: str) -> str | None:
+        key, now = TOKEN_KEY_PREFIX + token_digest(token), self.clock()
         try:
-            record = self.client.hmget(TOKEN_KEY_PREFIX + token_digest(token), OWNER_FIELDS)
+            record = self.client.hmget(key, OWNER_FIELDS)
         except REDIS_FAILURES as error:
             raise self._unavailable(error) from error
-        owner, expires_at, retired_at = cast(list[str | None], record)  # decode_responses: text
-        if retired_at is not None or (expires_at is not None and self.clock() >= int(expires_at)):
+        owner, expires_at, retired_at, last_used_at = cast(list[str | None], record)
+        if retired_at is not None or (expires_at is not None and now >= int(expires_at)):
             return None
+        if owner is None:
+            return None
+        idle_since, minute = self.policy.idle_since(now), to_the_minute(now)
+        used = None if last_used_at is None else int(last_used_at)
+        if idle_since is not None and used is not None and used <= idle_since:
+            self.revoke(token)  # the session ends: its family goes
+            return None
+        if used is None or used < minute:  # once a minute: a write
+            with self._answering():
+                self._touch(keys=[key], args=[minute])
         return owner
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         now, policy = self.clock(), self.policy
+        idle_since = policy.idle_since(now)
         with self._answering():
             outcome, family = self._call(
                 self._rotate, [],
                 token_digest(token), token_digest(successor), username, repr(now), int(now),
                 policy.lifetime or "", repr(policy.reuse_grace), RETIRED_GENERATIONS_KEPT,
-                PURGE_BATCH, _microseconds(now), lineage_digest(token) or "",
+                PURGE_BATCH, _microseconds(now), lineage_digest(token) or "", new_session_id(),
+                "" if idle_since is None else idle_since, to_the_minute(now),
             )  # fmt: skip
         return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH])
 
@@ -189,6 +235,84 @@ class RedisTokenStore(RefreshTokenStore):
             for digest, at in zip(digests, times, strict=True)
             if at is not None  # expired between the two reads
         ]
+
+    def sessions_of(self, username: str, limit: int = 50, after: str | None = None) -> SessionPage:
+        check_page_limit(limit)
+        at, session = ("", "") if after is None else parse_session_cursor(after)
+        self._migrate()
+        now = self.clock()
+        idle_since = self.policy.idle_since(now)
+        with self._answering():
+            flat = self._call(
+                self._sessions, [USER_KEY_PREFIX + username], repr(now),
+                "" if idle_since is None else idle_since, at, session, limit + 1,
+            )  # fmt: skip
+        sessions = [
+            Session(flat[i], username, int(flat[i + 1]), int(flat[i + 2]), flat[i + 3], flat[i + 4])
+            for i in range(0, len(flat), 5)
+        ]
+        return page_of(sessions, limit)
+
+    def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
+        with self._answering():
+            return bool(
+                self._run(
+                    self._end_session, [USER_KEY_PREFIX + username], session_id, repr(self.clock())
+                )
+            )
+
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        with self._answering():
+            return self._run(
+                self._log_out_everywhere, [USER_KEY_PREFIX + username, CUTOFFS_KEY],
+                username, at, repr(self.clock()),
+            )  # fmt: skip
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        with self._answering():
+            rows = cast(
+                list[tuple[str, float]],
+                self.client.zrangebyscore(CUTOFFS_KEY, f"({newer_than}", "+inf", withscores=True),
+            )
+        return {username: int(at) for username, at in rows}
+
+    def _migrate(self) -> None:
+        """Give every token from before sessions its session (a family's one id, logged in
+        at the family's first issue, its client unknown), a family per script call, then
+        record the layout's version; once per store, and at once where done already."""
+        if self._migrated:
+            return
+        with self._answering():
+            version = self.client.get(SCHEMA_KEY)
+            if version is None or int(version) < SCHEMA_VERSION:
+                for user_key in self.client.scan_iter(USER_KEY_PREFIX + "*", count=IMPORT_BATCH):
+                    for digests in batches(cast(list[str], self.client.zrange(user_key, 0, -1))):
+                        self._migrate_tokens(digests)
+                self.client.set(SCHEMA_KEY, SCHEMA_VERSION)
+        self._migrated = True
+
+    def _migrate_tokens(self, digests: list[str]) -> None:
+        """Give the live tokens ``digests`` and their families a session, if they lack one."""
+        reads = self.client.pipeline(transaction=False)
+        for digest in digests:
+            reads.hmget(TOKEN_KEY_PREFIX + digest, ("session", "family", "issued_at"))
+        for digest, (session, family, issued_at) in zip(digests, reads.execute(), strict=True):
+            if session is not None or issued_at is None:
+                continue
+            members, first = [digest], int(issued_at)
+            if family is not None:  # the family's first issue: its login
+                members = cast(list[str], self.client.zrange(FAMILY_KEY_PREFIX + family, 0, -1))
+                times = self.client.pipeline(transaction=False)
+                for member in members:
+                    times.hget(TOKEN_KEY_PREFIX + member, "issued_at")
+                first = min([first, *(int(at) for at in times.execute() if at is not None)])
+                members = members or [digest]
+            self._migrate_family(
+                keys=[TOKEN_KEY_PREFIX + member for member in members],
+                args=[new_session_id(), first, to_the_minute(first)],
+            )
 
     def revoke_all(self, username: str) -> int:
         with self._answering():
@@ -231,6 +355,7 @@ class RedisTokenStore(RefreshTokenStore):
     def ping(self) -> None:
         with self._answering():
             self.client.ping()
+        self._migrate()
 
     def close(self) -> None:
         self.client.close()
@@ -251,6 +376,11 @@ class RedisTokenStore(RefreshTokenStore):
                 until = self.client.get(key)
                 if until is not None:
                     yield DenyEntry(key.removeprefix(DENIED_KEY_PREFIX), float(until))
+            ends = cast(
+                list[tuple[str, float]], self.client.zrange(CUTOFFS_KEY, 0, -1, withscores=True)
+            )
+            for username, at in ends:
+                yield Cutoff(username, int(at))
 
     def _tokens(self, digests: list[str], *, retired: bool) -> Iterator[StoredToken]:
         """Yield the tokens of ``digests`` that are retired, or not (one pipeline)."""
@@ -262,7 +392,8 @@ class RedisTokenStore(RefreshTokenStore):
                 yield _stored_token(digest, fields)
 
     def import_records(self, records: Iterable[Record]) -> Imported:
-        now, tokens, live, denied = self.clock(), 0, 0, 0
+        now, tokens, live, denied, cutoffs = self.clock(), 0, 0, 0, 0
+        sessions: dict[str, str] = {}
         #: Each user's newest score: a user's live tokens come in order of issue, and
         #: same-second ones get increasing microseconds, as the scripts give them.
         newest: dict[str, int] = {}
@@ -282,6 +413,10 @@ class RedisTokenStore(RefreshTokenStore):
                         )  # fmt: skip
                         denied += 1
                         continue
+                    if isinstance(record, Cutoff):
+                        writes.zadd(CUTOFFS_KEY, {record.username: record.at}, gt=True)
+                        cutoffs += 1
+                        continue
                     exists = next(found)
                     if exists:
                         continue
@@ -292,14 +427,14 @@ class RedisTokenStore(RefreshTokenStore):
                         floor = _microseconds(record.issued_at)
                         score = max(floor, newest.get(record.username, floor - 1) + 1)
                         newest[record.username] = score
-                    _write_token(writes, record, score, now)
+                    _write_token(writes, record.with_session(sessions), score, now)
                 writes.execute()
-        return Imported(tokens, live, denied)
+        return Imported(tokens, live, denied, cutoffs)
 
     def holds_anything(self) -> bool:
         with self._answering():
             keys = self.client.scan_iter("rt:*", count=IMPORT_BATCH)
-            return next(iter(keys), None) is not None
+            return any(key != SCHEMA_KEY for key in keys)
 
     def is_same_store(self, other: RefreshTokenStore) -> bool:
         # one database by any address or socket: a key written here is looked for there
@@ -345,7 +480,9 @@ def _stored_token(digest: str, fields: dict[str, str]) -> StoredToken:
     return StoredToken(
         digest, fields["username"], int(fields["issued_at"]), number("expires_at", int),
         fields.get("family"), number("generation", int), number("retired_at", float),
-        fields.get("parent"), fields.get("lineage"),
+        fields.get("parent"), fields.get("lineage"), fields.get("session"),
+        number("logged_in_at", int), number("last_used_at", int), fields.get("address"),
+        fields.get("user_agent"),
     )  # fmt: skip
 
 

@@ -14,19 +14,30 @@ from app.backends.interface import (
     DIGEST_PREFIX_LENGTH,
     PURGE_BATCH,
     RETIRED_GENERATIONS_KEPT,
+    UNKNOWN_CLIENT,
     BackendUnavailable,
+    Cutoff,
     DenyEntry,
     Imported,
+    LoginClient,
     Outcome,
     Record,
     RefreshTokenPolicy,
     RefreshTokenStore,
     Revocation,
     Rotation,
+    Session,
+    SessionPage,
     StoredToken,
     TokenRecord,
     batches,
+    check_page_limit,
+    is_session_id,
     lineage_digest,
+    new_session_id,
+    page_of,
+    parse_session_cursor,
+    to_the_minute,
     token_digest,
 )
 from app.backends.sqlite.files import ProcessWriter, ThreadConnections, connect_wal, error_text
@@ -35,7 +46,19 @@ from app.config.clock import SYSTEM_CLOCK, Clock
 
 #: The columns of a token as ``export`` yields them (``StoredToken``'s fields, in order).
 EXPORTED = (
-    "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage"
+    "digest, username, issued_at, expires_at, family, generation, retired_at, parent, lineage,"
+    " session, logged_in_at, last_used_at, address, user_agent"
+)
+#: A session's columns, as ``Session`` takes them after its username.
+SESSION_FIELDS = "session, logged_in_at, last_used_at, address, user_agent"
+#: A page of one user's live sessions, after a (login time, id), through the index by
+#: username in its order (the partial index's own condition is in the WHERE clause).
+SESSIONS_PAGE = (
+    f"SELECT {SESSION_FIELDS} FROM refresh_tokens INDEXED BY refresh_tokens_by_session"  # noqa: S608
+    " WHERE username = ? AND retired_at IS NULL AND logged_in_at <= ?"
+    " AND (logged_in_at < ? OR session > ?)"
+    " AND (expires_at IS NULL OR expires_at > ?) AND (? IS NULL OR last_used_at > ?)"
+    " ORDER BY logged_in_at DESC, session LIMIT ?"
 )
 
 
@@ -77,20 +100,25 @@ class SQLiteTokenStore(RefreshTokenStore):
         self._connections = ThreadConnections(self._connect)
         self._writer = ProcessWriter(self._connect, timeout)
 
-    def issue(self, token: str, username: str) -> None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
         now, policy = self.clock(), self.policy
         issued_at = int(now)
         expires_at = issued_at + policy.lifetime if policy.lifetime else None
+        seen = (client or UNKNOWN_CLIENT).kept()
+        session = (new_session_id(), issued_at, to_the_minute(now), seen.address, seen.user_agent)
         if not (policy.lifetime or policy.per_user):  # SPEC.md's defaults: one statement
             try:
                 with self._writer.connection() as connection:
-                    connection.execute(
-                        "INSERT INTO refresh_tokens (digest, username, issued_at) VALUES (?, ?, ?)",
-                        (token_digest(token), username, issued_at),
-                    )
+                    # fetchall: a RETURNING statement commits when its last row is read
+                    ((cutoff,),) = connection.execute(
+                        "INSERT INTO refresh_tokens (digest, username, issued_at,"  # noqa: S608 (constants only)
+                        f" {SESSION_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                        " RETURNING (SELECT at FROM cutoffs WHERE username = ?)",
+                        (token_digest(token), username, issued_at, *session, username),
+                    ).fetchall()
             except sqlite3.Error as error:
                 raise self._unavailable(error) from error
-            return
+            return None if cutoff is None else int(cutoff)
         with self._connection(write=True) as connection, transaction(connection):
             if policy.lifetime:
                 purge(connection, now, PURGE_BATCH)
@@ -105,23 +133,40 @@ class SQLiteTokenStore(RefreshTokenStore):
                 for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
                     forget_live(connection, digest, family)
             connection.execute(
-                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence)"
-                " VALUES (?, ?, ?, ?, (SELECT coalesce(max(sequence), 0) + 1"
-                " FROM refresh_tokens WHERE sequence IS NOT NULL))",  # the end of its index
-                (token_digest(token), username, issued_at, expires_at),
-            )
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence,"  # noqa: S608 (constants only)
+                f" {SESSION_FIELDS}) VALUES (?, ?, ?, ?, (SELECT coalesce(max(sequence), 0) + 1"
+                " FROM refresh_tokens WHERE sequence IS NOT NULL), ?, ?, ?, ?, ?)",
+                (token_digest(token), username, issued_at, expires_at, *session),
+            )  # the sequence: the end of its index
+            return _cutoff_of(connection, username)
 
     def owner_of(self, token: str) -> str | None:
+        digest, now = token_digest(token), self.clock()
         try:  # _connection()'s read, without its generator frames: on every /token
             cursor = self._open().execute(
-                "SELECT username FROM refresh_tokens WHERE digest = ? AND retired_at IS NULL"
-                " AND (expires_at IS NULL OR expires_at > ?)",
-                (token_digest(token), self.clock()),
+                "SELECT username, last_used_at, family FROM refresh_tokens WHERE digest = ?"
+                " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                (digest, now),
             )
             row = cursor.fetchone()
         except sqlite3.Error as error:
             raise self._unavailable(error) from error
-        return row[0] if row else None
+        if row is None:
+            return None
+        username, last_used_at, family = row
+        idle_since, minute = self.policy.idle_since(now), to_the_minute(now)
+        if idle_since is not None and last_used_at is not None and last_used_at <= idle_since:
+            with self._connection(durable=True) as connection:
+                forget_live(connection, digest, family)
+            return None
+        if last_used_at is None or last_used_at < minute:  # once a minute: a write
+            with self._connection(write=True) as connection:
+                connection.execute(
+                    "UPDATE refresh_tokens SET last_used_at = ? WHERE digest = ?"
+                    " AND (last_used_at IS NULL OR last_used_at < ?)",
+                    (minute, digest, minute),
+                )
+        return str(username)
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         policy, digest = self.policy, token_digest(token)
@@ -131,17 +176,27 @@ class SQLiteTokenStore(RefreshTokenStore):
             if policy.lifetime:
                 purge(connection, now, PURGE_BATCH)
             row = connection.execute(
-                "SELECT username, family, generation, expires_at, retired_at, lineage"
-                " FROM refresh_tokens WHERE digest = ?",
+                "SELECT username, family, generation, expires_at, retired_at, lineage,"  # noqa: S608 (constants only)
+                f" {SESSION_FIELDS} FROM refresh_tokens WHERE digest = ?",
                 (digest,),
             ).fetchone()
             if row is None:
                 return _reuse_by_lineage(connection, token, username, now)
             if row[3] is not None and now >= row[3]:
                 return Rotation(Outcome.UNKNOWN)
-            owner, family, generation, expires_at, retired_at, lineage = row
+            owner, family, generation, expires_at, retired_at, lineage = row[:6]
+            session, logged_in_at, last_used_at, address, user_agent = row[6:]
             if not hmac.compare_digest(owner.encode(), username.encode()):
                 return Rotation(Outcome.OTHER_USER)
+            idle_since = policy.idle_since(now)
+            if (
+                retired_at is None
+                and idle_since is not None
+                and last_used_at is not None
+                and last_used_at <= idle_since
+            ):
+                forget_live(connection, digest, family)
+                return Rotation(Outcome.UNKNOWN)
             family, generation = family or digest, generation or 0
             shown = family[:DIGEST_PREFIX_LENGTH]
             if retired_at is None:
@@ -179,13 +234,14 @@ class SQLiteTokenStore(RefreshTokenStore):
                 )
             connection.execute(
                 # numbered, as issue() numbers, only where a limit or a lifetime is set
-                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, family,"
-                " generation, parent, lineage, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, CASE"
-                " WHEN ? THEN (SELECT coalesce(max(sequence), 0) + 1 FROM refresh_tokens"
-                " WHERE sequence IS NOT NULL) END)",
+                "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, family,"  # noqa: S608 (constants only)
+                f" generation, parent, lineage, {SESSION_FIELDS}, sequence) VALUES (?, ?, ?, ?,"
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? THEN (SELECT coalesce(max(sequence), 0)"
+                " + 1 FROM refresh_tokens WHERE sequence IS NOT NULL) END)",
                 (token_digest(successor), owner, int(now), expires_at, family, generation + 1,
-                 digest, lineage or lineage_digest(token),
-                 bool(policy.per_user or policy.lifetime)),
+                 digest, lineage or lineage_digest(token), session or new_session_id(),
+                 int(now) if logged_in_at is None else logged_in_at, to_the_minute(now),
+                 address or "", user_agent or "", bool(policy.per_user or policy.lifetime)),
             )  # fmt: skip
             connection.execute(
                 "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
@@ -254,6 +310,63 @@ class SQLiteTokenStore(RefreshTokenStore):
         return sum(
             retired is None and (expires is None or expires > now) for retired, expires in rows
         )
+
+    def sessions_of(self, username: str, limit: int = 50, after: str | None = None) -> SessionPage:
+        check_page_limit(limit)
+        start = (1 << 62, "") if after is None else parse_session_cursor(after)
+        now = self.clock()
+        idle_since = self.policy.idle_since(now)
+        with self._connection() as connection:
+            rows = connection.execute(
+                SESSIONS_PAGE,
+                (username, start[0], start[0], start[1], now, idle_since, idle_since, limit + 1),
+            ).fetchall()
+        sessions = [Session(row[0], username, *row[1:]) for row in rows]
+        return page_of(sessions, limit)
+
+    def end_session(self, username: str, session_id: str) -> bool:
+        if not is_session_id(session_id):
+            return False  # no session has that id
+        now = self.clock()
+        with self._connection(durable=True) as connection, transaction(connection):
+            row = connection.execute(
+                "SELECT digest, family FROM refresh_tokens INDEXED BY refresh_tokens_by_session"
+                " WHERE username = ? AND retired_at IS NULL AND session = ?"
+                " AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+                (username, session_id, now),
+            ).fetchone()
+            if row is None:
+                return False
+            forget_live(connection, *row)
+        return True
+
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        now = self.clock()
+        with self._connection(durable=True) as connection, transaction(connection):
+            cutoff = _cutoff_of(connection, username)
+            if cutoff is not None and cutoff >= at:
+                return 0  # done already: a login since then stays
+            rows = connection.execute(
+                "SELECT digest, family, expires_at FROM refresh_tokens"
+                " INDEXED BY refresh_tokens_by_session"
+                " WHERE username = ? AND retired_at IS NULL AND logged_in_at <= ?",
+                (username, at),
+            ).fetchall()
+            for digest, family, _ in rows:
+                forget_live(connection, digest, family)
+            connection.execute(
+                "INSERT INTO cutoffs (username, at) VALUES (?, ?)"
+                " ON CONFLICT (username) DO UPDATE SET at = max(at, excluded.at)",
+                (username, at),
+            )
+        return sum(expires is None or expires > now for _, _, expires in rows)
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        with self._connection() as connection:
+            rows = connection.execute(
+                "SELECT username, at FROM cutoffs WHERE at > ?", (newer_than,)
+            ).fetchall()
+        return {username: int(at) for username, at in rows}
 
     def _revoke_digest(self, prefix: str) -> int:
         with self._connection(durable=True) as connection, transaction(connection):
@@ -326,12 +439,15 @@ class SQLiteTokenStore(RefreshTokenStore):
                     "SELECT digest, expires_at FROM denied_tokens"
                 ):
                     yield DenyEntry(digest, until)
+                for username, at in connection.execute("SELECT username, at FROM cutoffs"):
+                    yield Cutoff(username, at)
                 connection.execute("COMMIT")
         except sqlite3.Error as error:
             raise self._unavailable(error) from error
 
     def import_records(self, records: Iterable[Record]) -> Imported:
-        tokens = live = denied = 0
+        tokens = live = denied = cutoffs = 0
+        sessions: dict[str, str] = {}
         for batch in batches(records):
             with self._connection(durable=True) as connection, transaction(connection):
                 (sequence,) = connection.execute(
@@ -347,22 +463,30 @@ class SQLiteTokenStore(RefreshTokenStore):
                         )
                         denied += 1
                         continue
+                    if isinstance(record, Cutoff):
+                        connection.execute(
+                            "INSERT INTO cutoffs (username, at) VALUES (?, ?) ON CONFLICT"
+                            " (username) DO UPDATE SET at = max(at, excluded.at)",
+                            (record.username, record.at),
+                        )
+                        cutoffs += 1
+                        continue
                     is_live = record.retired_at is None
                     sequence += is_live  # live ones come in order of issue: number them so
                     written = connection.execute(
                         f"INSERT OR IGNORE INTO refresh_tokens ({EXPORTED}, sequence)"  # noqa: S608
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*astuple(record), sequence if is_live else None),
+                        f" VALUES ({', '.join('?' * 15)})",
+                        (*astuple(record.with_session(sessions)), sequence if is_live else None),
                     ).rowcount
                     tokens += written
                     live += written and is_live
-        return Imported(tokens, live, denied)
+        return Imported(tokens, live, denied, cutoffs)
 
     def holds_anything(self) -> bool:
         with self._connection() as connection:
             (found,) = connection.execute(
                 "SELECT EXISTS (SELECT 1 FROM refresh_tokens)"
-                " OR EXISTS (SELECT 1 FROM denied_tokens)"
+                " OR EXISTS (SELECT 1 FROM denied_tokens) OR EXISTS (SELECT 1 FROM cutoffs)"
             ).fetchone()
         return bool(found)
 
@@ -413,6 +537,12 @@ class SQLiteTokenStore(RefreshTokenStore):
 
     def _create_schema(self, connection: sqlite3.Connection) -> None:
         create_schema(connection, username_index=bool(self.policy.per_user))
+
+
+def _cutoff_of(connection: sqlite3.Connection, username: str) -> int | None:
+    """Return the cut-off of ``username``, or None."""
+    row = connection.execute("SELECT at FROM cutoffs WHERE username = ?", (username,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def _reuse_by_lineage(

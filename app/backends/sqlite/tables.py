@@ -4,6 +4,7 @@ operations share."""
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -105,9 +106,56 @@ def _version_1(connection: sqlite3.Connection) -> None:
         connection.execute(statement)
 
 
+#: The columns of a token's session (version 2), which every token of a family carries:
+#: ``session``, its id; ``logged_in_at``, the login's second; ``last_used_at``, the
+#: minute of its last use; ``address`` and ``user_agent``, the client seen at login.
+SESSION_COLUMNS = {
+    "session": "TEXT",
+    "logged_in_at": "INTEGER",
+    "last_used_at": "INTEGER",
+    "address": "TEXT",
+    "user_agent": "TEXT",
+}
+#: A user's live sessions, newest login first, ties by id: ``sessions_of``'s keyset pages
+#: and ``log_out_everywhere`` read one user's entries only, however many tokens others hold.
+SESSION_INDEX = (
+    "CREATE INDEX IF NOT EXISTS refresh_tokens_by_session ON refresh_tokens"
+    " (username, logged_in_at DESC, session) WHERE retired_at IS NULL"
+)
+#: Each user's cut-off: access tokens issued at or before ``at`` are refused.
+CUTOFF_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS cutoffs"
+    " (username TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS cutoffs_by_time ON cutoffs (at)",
+)
+
+
+def _version_2(connection: sqlite3.Connection) -> None:
+    """Sessions and cut-offs. A token from before becomes a session of a new id (one per
+    family), logged in at its family's first issue, last used then, its client unknown."""
+    present = {row[1] for row in connection.execute("PRAGMA table_info(refresh_tokens)")}
+    for name, kind in SESSION_COLUMNS.items():
+        if name not in present:
+            connection.execute(f"ALTER TABLE refresh_tokens ADD COLUMN {name} {kind}")
+    # a token never rotated is a family of its own, found by digest; a family by its index
+    for column, where in (("digest", "family IS NULL"), ("family", "family IS NOT NULL")):
+        families = connection.execute(
+            f"SELECT {column}, min(issued_at) FROM refresh_tokens"  # noqa: S608 (constants)
+            f" WHERE session IS NULL AND {where} GROUP BY {column}"
+        ).fetchall()
+        for key, logged_in_at in families:
+            connection.execute(
+                "UPDATE refresh_tokens SET session = ?, logged_in_at = ?, last_used_at = ?,"  # noqa: S608
+                f" address = '', user_agent = '' WHERE {column} = ?",
+                (secrets.token_urlsafe(16), logged_in_at, logged_in_at - logged_in_at % 60, key),
+            )
+    for statement in (SESSION_INDEX, *CUTOFF_SCHEMA):
+        connection.execute(statement)
+
+
 #: The store file's steps, one per version, kept in its ``PRAGMA user_version``: ``STEPS[n]``
 #: brings a file from version ``n`` to ``n + 1``. A later change of the schema is a new step.
-STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1,)
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2)
 #: The version of the schema this code makes.
 SCHEMA_VERSION = len(STEPS)
 

@@ -42,11 +42,13 @@ BEGIN
 END $$;
 
 -- Issue under a lifetime (p_expires_at) or a per-user limit (p_per_user > 0): purge a
--- batch of expired tokens, forget the user's oldest live tokens beyond the limit, insert.
+-- batch of expired tokens, forget the user's oldest live tokens beyond the limit, insert
+-- the token as a new session (p_session, its client p_address and p_user_agent); return
+-- the user's cut-off, or NULL.
 CREATE OR REPLACE FUNCTION token_store_issue(
     p_digest text, p_username text, p_now double precision, p_expires_at bigint,
-    p_per_user integer, p_batch integer)
-RETURNS void LANGUAGE plpgsql AS $$
+    p_per_user integer, p_batch integer, p_session text, p_address text, p_user_agent text)
+RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := floor(p_now);
     v_excess bigint;
@@ -70,18 +72,77 @@ BEGIN
             PERFORM token_store_forget_live(v_live.digest, v_live.family);
         END LOOP;
     END IF;
-    INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence)
-        VALUES (p_digest, p_username, v_now, p_expires_at, nextval('refresh_tokens_sequence'));
+    INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence, session,
+                                logged_in_at, last_used_at, address, user_agent)
+        VALUES (p_digest, p_username, v_now, p_expires_at, nextval('refresh_tokens_sequence'),
+                p_session, v_now, v_now - v_now % 60, p_address, p_user_agent);
+    RETURN (SELECT at FROM cutoffs WHERE username = p_username);
+END $$;
+
+-- A new session's id, for the calls of an older version that name none.
+CREATE OR REPLACE FUNCTION token_store_new_session()
+RETURNS text LANGUAGE sql AS $$
+    SELECT replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')
+$$;
+
+-- End p_username's live session p_session: forget its family; whether it was found.
+CREATE OR REPLACE FUNCTION token_store_end_session(
+    p_username text, p_session text, p_now double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_token record;
+BEGIN
+    PERFORM token_store_lock_user(p_username);
+    SELECT digest, family INTO v_token FROM refresh_tokens
+        WHERE username = p_username AND retired_at IS NULL AND session = p_session
+        AND (expires_at IS NULL OR expires_at > floor(p_now)::bigint) LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM token_store_forget_live(v_token.digest, v_token.family);
+    RETURN true;
+END $$;
+
+-- Log p_username out everywhere as of p_at (RefreshTokenStore.log_out_everywhere): forget
+-- every session begun by then and raise the cut-off, unless it is p_at or later already;
+-- how many live sessions ended.
+CREATE OR REPLACE FUNCTION token_store_log_out_everywhere(
+    p_username text, p_at bigint, p_now double precision)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_count integer := 0;
+    v_token record;
+BEGIN
+    PERFORM token_store_lock_user(p_username);
+    IF EXISTS (SELECT 1 FROM cutoffs WHERE username = p_username AND at >= p_at) THEN
+        RETURN 0;  -- done already: a login since then stays
+    END IF;
+    FOR v_token IN
+        SELECT digest, family, expires_at FROM refresh_tokens
+        WHERE username = p_username AND retired_at IS NULL AND logged_in_at <= p_at
+    LOOP
+        PERFORM token_store_forget_live(v_token.digest, v_token.family);
+        IF v_token.expires_at IS NULL OR v_token.expires_at > floor(p_now)::bigint THEN
+            v_count := v_count + 1;
+        END IF;
+    END LOOP;
+    INSERT INTO cutoffs (username, at) VALUES (p_username, p_at)
+        ON CONFLICT (username) DO UPDATE SET at = greatest(cutoffs.at, excluded.at);
+    RETURN v_count;
 END $$;
 
 -- Rotate p_digest into p_successor (RefreshTokenStore.rotate): outcome is rotated,
 -- retried, reused, unknown or other_user; family_digest the family's first digest.
 -- p_lineage: the digest of the token's lineage (NULL for none); a token whose digest is
 -- unknown but whose lineage names a live family is one the family forgot: reuse.
+-- p_idle_since: a live token of a session last used then or before is idle, and its
+-- family is forgotten (unknown); NULL: no idle timeout. The successor carries the
+-- session, used now (to the minute).
 CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
-    p_numbered boolean, p_lineage text, OUT outcome text, OUT family_digest text)
+    p_numbered boolean, p_lineage text, p_idle_since bigint,
+    OUT outcome text, OUT family_digest text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := floor(p_now);
@@ -124,6 +185,10 @@ BEGIN
         outcome := 'other_user';
         RETURN;
     END IF;
+    IF v_token.retired_at IS NULL AND v_token.last_used_at <= p_idle_since THEN
+        PERFORM token_store_forget_live(v_token.digest, v_token.family);
+        RETURN;
+    END IF;
     v_family := coalesce(v_token.family, v_token.digest);
     v_generation := coalesce(v_token.generation, 0);
     family_digest := v_family;
@@ -156,10 +221,14 @@ BEGIN
         UPDATE refresh_tokens SET expires_at = v_expires WHERE family = v_family;
     END IF;
     INSERT INTO refresh_tokens
-        (digest, username, issued_at, expires_at, family, generation, parent, lineage, sequence)
+        (digest, username, issued_at, expires_at, family, generation, parent, lineage, sequence,
+         session, logged_in_at, last_used_at, address, user_agent)
         VALUES (p_successor, v_token.username, v_now, v_expires, v_family, v_generation + 1,
                 p_digest, coalesce(v_token.lineage, p_lineage),
-                CASE WHEN p_numbered THEN nextval('refresh_tokens_sequence') END);
+                CASE WHEN p_numbered THEN nextval('refresh_tokens_sequence') END,
+                coalesce(v_token.session, token_store_new_session()),
+                coalesce(v_token.logged_in_at, v_now), v_now - v_now % 60,
+                coalesce(v_token.address, ''), coalesce(v_token.user_agent, ''));
     DELETE FROM refresh_tokens WHERE family = v_family AND generation < v_generation + 1 - p_kept;
 END $$;
 
@@ -257,15 +326,34 @@ BEGIN
     RETURN 1;
 END $$;
 
--- The signatures of version 2, for a host still running that version while the others
--- upgrade: each is this version's function, without a lineage.
+-- The signatures of versions 2 and 3, for a host still running one while the others
+-- upgrade: each is this version's function, without what it did not know.
+CREATE OR REPLACE FUNCTION token_store_issue(
+    p_digest text, p_username text, p_now double precision, p_expires_at bigint,
+    p_per_user integer, p_batch integer)
+RETURNS void LANGUAGE sql AS $$
+    SELECT token_store_issue(p_digest, p_username, p_now, p_expires_at, p_per_user, p_batch,
+                             token_store_new_session(), '', '')
+$$;
+
+CREATE OR REPLACE FUNCTION token_store_rotate(
+    p_digest text, p_successor text, p_username text, p_now double precision,
+    p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
+    p_numbered boolean, p_lineage text, OUT outcome text, OUT family_digest text)
+LANGUAGE sql AS $$
+    SELECT * FROM token_store_rotate(p_digest, p_successor, p_username, p_now, p_lifetime,
+                                     p_grace, p_kept, p_batch, p_numbered, p_lineage,
+                                     NULL::bigint)
+$$;
+
 CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
     p_numbered boolean, OUT outcome text, OUT family_digest text)
 LANGUAGE sql AS $$
     SELECT * FROM token_store_rotate(p_digest, p_successor, p_username, p_now, p_lifetime,
-                                     p_grace, p_kept, p_batch, p_numbered, NULL::text)
+                                     p_grace, p_kept, p_batch, p_numbered, NULL::text,
+                                     NULL::bigint)
 $$;
 
 CREATE OR REPLACE FUNCTION token_store_revoke(p_digest text)

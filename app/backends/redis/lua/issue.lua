@@ -1,6 +1,7 @@
--- ARGV[5..12]: digest, username, now, issued_at, expires_at ('' for none), the
--- per-user limit (0 for none), the purge batch, now in microseconds. Issues under a
--- lifetime or a limit.
+-- ARGV[5..16]: digest, username, now, issued_at, expires_at ('' for none), the
+-- per-user limit (0 for none), the purge batch, now in microseconds, the session's id,
+-- its last use (to the minute), address and User-Agent. KEYS[3]: the cut-offs' sorted
+-- set. Issues under a lifetime or a limit; returns the user's cut-off, or nil.
 local digest, username, now, issued_at = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local expires_at, per_user = ARGV[9], tonumber(ARGV[10])
 purge(ARGV[7], tonumber(ARGV[11]))
@@ -22,7 +23,9 @@ if per_user > 0 then
     end
 end
 local token_key = token_prefix .. digest
-redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at)
+redis.call('HSET', token_key, 'username', username, 'issued_at', issued_at, 'session', ARGV[13],
+           'logged_in_at', issued_at, 'last_used_at', ARGV[14], 'address', ARGV[15],
+           'user_agent', ARGV[16])
 redis.call('ZADD', user_key, next_score(user_key, ARGV[12]), digest)
 redis.call('ZADD', digests_key, 0, digest)
 if expires_at ~= '' then
@@ -30,4 +33,4 @@ if expires_at ~= '' then
     redis.call('ZADD', expiring_key, expires_at, digest .. username)
     redis.call('PEXPIRE', token_key, milliseconds_until(expires_at, now))
 end
-return 1
+return redis.call('ZSCORE', KEYS[3], username)

@@ -1,6 +1,9 @@
 -- ARGV[5..15]: digest, successor's digest, username, now, issued_at, lifetime ('' for
 -- none), grace, generations kept, purge batch, now in microseconds, the digest of the
--- token's lineage ('' for none). Returns {outcome, family}.
+-- token's lineage ('' for none), a new session id (for a token from before sessions),
+-- the last use at or before which a session is idle ('' for no idle timeout), now to the
+-- minute. Returns {outcome, family}. The successor carries the token's session, used now;
+-- an idle session is forgotten, and its token unknown.
 local digest, successor, username = ARGV[5], ARGV[6], ARGV[7]
 local now, issued_at, lifetime = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 if lifetime ~= '' then
@@ -8,7 +11,8 @@ if lifetime ~= '' then
 end
 local token_key = token_prefix .. digest
 local record = redis.call('HMGET', token_key, 'username', 'family', 'generation', 'expires_at',
-                          'retired_at', 'lineage')
+                          'retired_at', 'lineage', 'session', 'logged_in_at', 'last_used_at',
+                          'address', 'user_agent', 'issued_at')
 local owner, family, generation, expires_at = record[1], record[2], record[3], record[4]
 if not owner then
     -- a token the family forgot, known by its lineage: reuse
@@ -26,6 +30,10 @@ if expires_at and now >= tonumber(expires_at) then
 end
 if owner ~= username then
     return {'other_user', ''}
+end
+if not record[5] and ARGV[17] ~= '' and record[9] and tonumber(record[9]) <= tonumber(ARGV[17]) then
+    forget(digest)
+    return {'unknown', ''}
 end
 family = family or digest
 generation = tonumber(generation or '0')
@@ -75,7 +83,9 @@ if not expires_at and lifetime ~= '' then  -- a family older than the setting
 end
 local successor_key = token_prefix .. successor
 redis.call('HSET', successor_key, 'username', username, 'issued_at', issued_at,
-           'family', family, 'generation', generation + 1, 'parent', digest)
+           'family', family, 'generation', generation + 1, 'parent', digest,
+           'session', record[7] or ARGV[16], 'logged_in_at', record[8] or record[12],
+           'last_used_at', ARGV[18], 'address', record[10] or '', 'user_agent', record[11] or '')
 local lineage = record[6] or ARGV[15]
 if lineage ~= '' then
     redis.call('HSET', successor_key, 'lineage', lineage)

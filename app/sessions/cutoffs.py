@@ -1,0 +1,128 @@
+"""Each worker's copy of the users' cut-offs (``RefreshTokenStore.log_out_everywhere``),
+so that an access token issued at or before its user's cut-off is refused without a store
+read per request.
+
+The copy is brought up to date from the shared store at most every
+SESSION_CUTOFF_REFRESH seconds, by the first request that finds it due (the others go on
+with the cut-offs known meanwhile). A logout everywhere made on this worker is in its
+copy at once; one made elsewhere is here within SESSION_CUTOFF_REFRESH seconds. If the
+store cannot be read, the cut-offs known stay in force, and the failure is logged at most
+once a minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from app.backends.interface import BackendUnavailable, RefreshTokenStore
+from app.config.clock import Clock
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two messages about a store that cannot be read.
+FAILURE_LOG_INTERVAL = 60.0
+
+
+class CutoffCache:
+    """The cut-offs this worker knows, and the one way to log a user out everywhere."""
+
+    def __init__(
+        self, store: RefreshTokenStore, clock: Clock, refresh_every: float, horizon: int
+    ) -> None:
+        """``horizon``: seconds after which a cut-off refuses nothing more (the access
+        tokens' lifetime and the clock skew): older ones are neither read nor kept."""
+        self.store = store
+        self.clock = clock
+        self.refresh_every = refresh_every
+        self.horizon = horizon
+        #: Replaced whole, never changed in place: readers take no lock.
+        self._known: dict[str, int] = {}
+        self._due = clock.monotonic()  # the first request reads them
+        self._refreshing = threading.Lock()
+        self._writing = threading.Lock()
+        self._failure_logged_at: float | None = None
+        self._failures_unlogged = 0
+
+    def refuses(self, username: str, issued_at: int) -> bool:
+        """Return whether the user's cut-off refuses a token issued at ``issued_at``."""
+        if self.clock.monotonic() >= self._due:
+            self._refresh()
+        cutoff = self._known.get(username)
+        return cutoff is not None and issued_at <= cutoff
+
+    def cutoff_of(self, username: str) -> int | None:
+        """Return the user's cut-off this worker knows, or None."""
+        if self.clock.monotonic() >= self._due:
+            self._refresh()
+        return self._known.get(username)
+
+    def log_out_everywhere(self, username: str, at: int | None = None) -> int:
+        """Log ``username`` out everywhere as of ``at`` (now by default): end every session
+        begun by then and raise the cut-off, in the store and in this worker's copy at once;
+        return how many sessions ended. Raise BackendUnavailable if the store cannot."""
+        at = int(self.clock()) if at is None else at
+        ended = self.store.log_out_everywhere(username, at)
+        self._raise(username, at)
+        return ended
+
+    def wait_out(self, username: str, cutoff: int | None = None) -> None:
+        """Before an access token of ``username`` is minted: if the user's cut-off (as read
+        with a login's refresh token, ``cutoff``, or as this worker knows it) is the current
+        second, wait for the next one, so that the token is not refused as soon as issued."""
+        if cutoff is not None:
+            self._raise(username, cutoff)
+        known = self.cutoff_of(username)
+        now = self.clock()
+        if known is not None and int(now) == known:
+            self.clock.sleep(known + 1 - now)
+
+    def _raise(self, username: str, cutoff: int) -> None:
+        with self._writing:
+            known = self._known.get(username)
+            if known is None or known < cutoff:
+                self._known = {**self._known, username: cutoff}
+
+    def _refresh(self) -> None:
+        """Read the cut-offs newer than the horizon, unless another thread is at it."""
+        if not self._refreshing.acquire(blocking=False):
+            return
+        try:
+            self._due = self.clock.monotonic() + self.refresh_every
+            oldest = int(self.clock()) - self.horizon
+            try:
+                fresh = self.store.cutoffs(oldest)
+            except BackendUnavailable as error:
+                self._failed(error)
+                return
+            self._recovered()
+            with self._writing:  # a copy, then one assignment
+                known = {user: at for user, at in self._known.items() if at > oldest}
+                for user, at in fresh.items():
+                    if known.get(user, at) <= at:
+                        known[user] = at
+                self._known = known
+        finally:
+            self._refreshing.release()
+
+    def _failed(self, error: BackendUnavailable) -> None:
+        now = self.clock.monotonic()
+        if self._failure_logged_at is not None and now < self._failure_logged_at + (
+            FAILURE_LOG_INTERVAL
+        ):
+            self._failures_unlogged += 1
+            return
+        logger.warning(
+            "users' cut-offs not read, the known ones stay in force: %s%s",
+            error,
+            f" ({self._failures_unlogged} more failed reads since the last message)"
+            if self._failures_unlogged
+            else "",
+        )
+        self._failure_logged_at, self._failures_unlogged = now, 0
+
+    def _recovered(self) -> None:
+        if self._failure_logged_at is None:
+            return
+        logger.warning("users' cut-offs read again")
+        self._failure_logged_at, self._failures_unlogged = None, 0

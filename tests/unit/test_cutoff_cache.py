@@ -1,0 +1,123 @@
+"""The per-worker cut-off cache (app/sessions/cutoffs.py), on a ManualClock and a store
+double: reads at most every refresh interval, keeps known cut-offs when the store fails
+and says so once a minute, forgets what can refuse nothing more."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from app.backends.interface import BackendUnavailable
+from app.sessions.cutoffs import CutoffCache
+from tests.helpers.clock import ManualClock
+
+START = 1_800_000_000.0
+
+
+class Store:
+    """The cut-offs of a store, which can be made to fail."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, int] = {}
+        self.reads = 0
+        self.failing = False
+        self.logged_out: list[tuple[str, int]] = []
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        self.reads += 1
+        if self.failing:
+            raise BackendUnavailable("connection refused")
+        return {user: at for user, at in self.known.items() if at > newer_than}
+
+    def log_out_everywhere(self, username: str, at: int) -> int:
+        self.logged_out.append((username, at))
+        self.known[username] = max(at, self.known.get(username, at))
+        return 2
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+@pytest.fixture
+def store() -> Store:
+    return Store()
+
+
+@pytest.fixture
+def cache(store, clock) -> CutoffCache:
+    return CutoffCache(store, clock, refresh_every=5, horizon=90)  # type: ignore[arg-type]
+
+
+def test_a_token_issued_at_or_before_the_cutoff_is_refused(cache, store):
+    store.known["alice"] = int(START) - 10
+    assert cache.refuses("alice", int(START) - 11)
+    assert cache.refuses("alice", int(START) - 10)  # its own second too
+    assert not cache.refuses("alice", int(START) - 9)
+    assert not cache.refuses("bob", int(START) - 100)
+
+
+def test_the_store_is_read_at_most_every_refresh_interval(cache, store, clock):
+    for _ in range(100):
+        cache.refuses("alice", int(START))
+    assert store.reads == 1
+    store.known["alice"] = int(START)
+    clock.advance(4.9)
+    assert not cache.refuses("alice", int(START))
+    clock.advance(0.1)
+    assert cache.refuses("alice", int(START))
+    assert store.reads == 2
+
+
+def test_a_logout_everywhere_here_is_in_force_at_once(cache, store):
+    cache.refuses("alice", 0)  # read: nothing yet
+    assert cache.log_out_everywhere("alice") == 2
+    assert store.logged_out == [("alice", int(START))]
+    assert cache.refuses("alice", int(START))
+    assert store.reads == 1
+
+
+def test_a_failing_store_keeps_the_known_cutoffs_and_is_logged_once_a_minute(
+    cache, store, clock, caplog
+):
+    store.known["alice"] = int(START)
+    assert cache.refuses("alice", int(START))
+    store.failing = True
+    with caplog.at_level(logging.WARNING, logger="app.sessions.cutoffs"):
+        for _ in range(13):  # a minute of failed reads, one every 5 s, and one more
+            clock.advance(5)
+            assert cache.refuses("alice", int(START))
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2  # the first failure, and the one a minute later
+    assert "connection refused" in messages[0]
+    assert "11 more failed reads" in messages[1]
+    store.failing = False
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="app.sessions.cutoffs"):
+        clock.advance(5)
+        cache.refuses("alice", 0)
+    assert [record.getMessage() for record in caplog.records] == ["users' cut-offs read again"]
+
+
+def test_a_cutoff_older_than_the_horizon_is_forgotten(cache, store, clock):
+    cache.log_out_everywhere("alice")
+    clock.advance(91)  # every access token it refuses has expired
+    assert not cache.refuses("alice", int(START))
+    assert "alice" not in cache._known
+
+
+def test_a_cutoff_only_rises(cache, store):
+    cache.log_out_everywhere("alice", int(START))
+    store.known["alice"] = int(START) - 5  # an older reading
+    cache.log_out_everywhere("alice", int(START) - 5)
+    assert cache.cutoff_of("alice") == int(START)
+
+
+def test_wait_out_waits_only_in_the_cutoffs_second(cache, clock):
+    cache.wait_out("alice", int(START) - 1)
+    assert clock() == START
+    clock.advance(0.25)
+    cache.wait_out("alice", int(START))
+    assert clock() == START + 1
