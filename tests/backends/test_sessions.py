@@ -53,7 +53,11 @@ def make_store(store_url: str, clock: ManualClock) -> Iterator[Callable[..., Ref
 
 @pytest.fixture
 def store(make_store: Callable[..., RefreshTokenStore]) -> RefreshTokenStore:
-    return make_store()
+    store = make_store()
+    # connected before any Hypothesis example: a pool that makes its first connection
+    # draws from ``random`` in its own thread, which Hypothesis takes for the strategy's
+    store.ping()
+    return store
 
 
 def all_sessions(store: RefreshTokenStore, username: str) -> list[Session]:

@@ -38,8 +38,8 @@ a bounded batch of ``rt:expiring``'s due members from the other sets, so nothing
 dangles for long. Each change is one Lua script (or one ``SET``, a deny entry), so no
 reader ever sees a token without its index entries, and a login, a refresh, a rotation,
 a revoke, a page of sessions or a logout everywhere is one round trip (a refresh without
-rotation writes its session's last use once a minute: a second one). Times come from the client (the app host's clock), as with
-SQLite; the TTLs are set relative to them.
+rotation writes its session's last use once a minute: a second one). Times come from the
+client (the app host's clock), as with SQLite; the TTLs are set relative to them.
 """
 
 from __future__ import annotations
