@@ -1,4 +1,4 @@
-"""Introspection (RFC 7662): what an active token's answer says, and the cut-off hook."""
+"""Introspection (RFC 7662): what an active token's answer says."""
 
 from __future__ import annotations
 
@@ -10,15 +10,6 @@ from app.config.usernames import CLIENT_USERNAME_PREFIX
 INACTIVE: dict[str, Any] = {"active": False}
 #: The access token's own claims an answer repeats when the token has them.
 STANDARD_MEMBERS = ("iss", "aud", "jti")
-
-
-def access_token_cut_off(claims: dict[str, Any]) -> bool:
-    """Return whether a verified access token was cut off by a "log out everywhere".
-
-    The one place introspection asks it: the sessions feature answers here (from memory,
-    as the protected endpoints do). Until then no token is cut off.
-    """
-    return False
 
 
 def access_token_answer(claims: dict[str, Any]) -> dict[str, Any]:

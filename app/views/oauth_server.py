@@ -27,6 +27,7 @@ from app.extensions import (
     get_client_failure_limit,
     get_client_registry,
     get_clock,
+    get_cutoffs,
     get_expected_claims,
     get_key_ring,
     get_store,
@@ -46,7 +47,6 @@ from app.oauth.errors import (
 from app.oauth.introspection import (
     INACTIVE,
     access_token_answer,
-    access_token_cut_off,
     refresh_token_answer,
 )
 from app.views.auth import (
@@ -200,7 +200,7 @@ def introspected_access_token(token: str) -> dict[str, Any]:
         )
     except InvalidTokenError:
         return INACTIVE
-    if access_token_cut_off(claims):
+    if get_cutoffs().refuses(claims["username"], claims["iat"]):  # logged out everywhere
         return INACTIVE
     return access_token_answer(claims)
 

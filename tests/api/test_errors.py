@@ -24,7 +24,9 @@ def assert_json_error(response, status: int, message: str | None = None) -> None
     assert b"Traceback" not in response.data
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/login/", "/admin", "/api/v2/me", "/%ff"])
+@pytest.mark.parametrize(
+    "path", ["/", "/nope", "/login/", "/admin/nope", "/adminx", "/api/v2/me", "/%ff"]
+)
 def test_unknown_path_is_404_json(client, path):
     assert_json_error(client.get(path), 404, "not found")
 

@@ -383,6 +383,15 @@ def test_introspection_of_a_refresh_token(oauth, secrets):
     assert introspect(oauth, secrets, refresh_token).get_json() == {"active": False}
 
 
+def test_tokens_of_a_user_logged_out_everywhere_are_inactive(oauth, secrets):
+    tokens = login(oauth)
+    assert introspect(oauth, secrets, tokens["accessToken"]).get_json()["active"] is True
+    headers = {"Authorization": f"Bearer {tokens['accessToken']}"}
+    assert oauth.delete("/sessions", headers=headers).status_code == 200
+    for token in (tokens["accessToken"], tokens["refreshToken"]):
+        assert introspect(oauth, secrets, token).get_json() == {"active": False}
+
+
 def test_an_expired_access_token_is_inactive_and_nothing_else(make_app, clients_file, secrets):
     clock = ManualClock()
     oauth = make_app(clock=clock, CLIENTS_FILE=str(clients_file)).test_client()
