@@ -21,7 +21,7 @@ not used either: it adds a hook to every request of every endpoint, and its
 three endpoints it guards, and when the counters' storage fails the limiter fails
 open, for the limit only: the request goes on unchecked, the failure is counted
 (``on_storage_failure``), and it is logged at most once a minute per process
-(``app.limits.failures``).
+(``app.backends.failures``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from flask import Flask, has_request_context, request
 from limits import RateLimitItem
 
+from app.backends.failures import BackendFailures
 from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.parsers import IPNetwork
@@ -41,7 +42,6 @@ from app.config.settings import Settings
 from app.extensions import RATE_LIMITER, backend_of, clock_of
 from app.http.proxy import FORWARDED_KEY, parse_address
 from app.http.request_log import note
-from app.limits.failures import CounterFailures
 from app.limits.login_failures import init_client_failure_limit, init_login_failure_limit
 
 #: Distinct client addresses whose key each process remembers.
@@ -76,7 +76,7 @@ class RateLimiter:
         #: point it at a metrics counter. ``storage_failures`` counts them too.
         self.on_storage_failure: Callable[[], None] = note_failure
         self.storage_failures = 0
-        self.failures = CounterFailures(clock.monotonic)
+        self.failures = BackendFailures(clock.monotonic)
         self.client_key = functools.lru_cache(maxsize=KEYS_CACHED)(self._client_key)
 
     def check(

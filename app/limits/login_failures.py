@@ -32,7 +32,7 @@ it guards a password, not capacity, and with it off an attacker could guess at f
 speed for as long as the storage stays down (with Redis or PostgreSQL, the token store is
 the same server, so a login could not complete anyway). Logins are then answered 503 until the
 storage answers again; the failure is logged at most once a minute per process
-(``app.limits.failures``).
+(``app.backends.failures``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from flask import Flask
 from limits import RateLimitItem
 
 from app.auth.keys import KeyRing
+from app.backends.failures import BackendFailures
 from app.backends.interface import BackendUnavailable, Counters, seconds_until_free, windows_of
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import HS256, Settings
@@ -60,7 +61,6 @@ from app.extensions import (
     backend_of,
     clock_of,
 )
-from app.limits.failures import CounterFailures
 
 #: The start of every counter's key, beside the rate limits' ``<endpoint>/<address>/...``.
 KEY_PREFIX = "login_failures/"
@@ -93,7 +93,7 @@ class LoginFailureLimit:
         self.storage = storage
         self._key = hmac.new(secret, b"login failure counters", hashlib.sha256).digest()
         self._device_key = hmac.new(secret, b"login device cookies", hashlib.sha256).digest()
-        self.failures = CounterFailures(clock.monotonic)
+        self.failures = BackendFailures(clock.monotonic)
 
     def attempt(self, username: str, device: str | None = None) -> int | None:
         """Count a password check about to be spent on ``username``: None if it may go on,

@@ -15,13 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 
+from app.backends.failures import BackendFailures
 from app.backends.interface import BackendUnavailable, RefreshTokenStore
 from app.config.clock import Clock
 
 logger = logging.getLogger(__name__)
-
-#: Seconds between two messages about a store that cannot be read.
-FAILURE_LOG_INTERVAL = 60.0
 
 
 class CutoffCache:
@@ -41,8 +39,7 @@ class CutoffCache:
         self._due = clock.monotonic()  # the first request reads them
         self._refreshing = threading.Lock()
         self._writing = threading.Lock()
-        self._failure_logged_at: float | None = None
-        self._failures_unlogged = 0
+        self._failures = BackendFailures(clock.monotonic)
 
     def refuses(self, username: str, issued_at: int) -> bool:
         """Return whether the user's cut-off refuses a token issued at ``issued_at``."""
@@ -106,23 +103,15 @@ class CutoffCache:
             self._refreshing.release()
 
     def _failed(self, error: BackendUnavailable) -> None:
-        now = self.clock.monotonic()
-        if self._failure_logged_at is not None and now < self._failure_logged_at + (
-            FAILURE_LOG_INTERVAL
-        ):
-            self._failures_unlogged += 1
-            return
+        unreported = self._failures.failed(tried=True)
+        if unreported is None:
+            return  # reported less than a minute ago
         logger.warning(
             "users' cut-offs not read, the known ones stay in force: %s%s",
             error,
-            f" ({self._failures_unlogged} more failed reads since the last message)"
-            if self._failures_unlogged
-            else "",
+            f" ({unreported} more failed reads since the last message)" if unreported else "",
         )
-        self._failure_logged_at, self._failures_unlogged = now, 0
 
     def _recovered(self) -> None:
-        if self._failure_logged_at is None:
-            return
-        logger.warning("users' cut-offs read again")
-        self._failure_logged_at, self._failures_unlogged = None, 0
+        if self._failures.recovered() is not None:
+            logger.warning("users' cut-offs read again")

@@ -1,10 +1,11 @@
-"""What both limits do while their counters fail: one try a second, one log line a minute.
+"""What a caller does while its backend fails: one try a second, one log line a minute.
 
 The address limit then lets requests pass (it guards capacity), the failed-login limit
-refuses logins (it guards a password); each says so in its own words, but both keep
-this one state: after a failure the counters are not tried again for
-RETRY_AFTER_FAILURE seconds, and at most one line is logged per FAILURE_LOG_INTERVAL,
-per process, with the count of the failures it did not report.
+refuses logins (it guards a password), the users' cut-offs keep the ones known (they
+guard a logout); each says so in its own words, but all keep this one state: after a
+failure the backend is not tried again for RETRY_AFTER_FAILURE seconds, and at most one
+line is logged per FAILURE_LOG_INTERVAL, per process, with the count of the failures it
+did not report.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ RETRY_AFTER_FAILURE = 1.0
 FAILURE_LOG_INTERVAL = 60.0
 
 
-class CounterFailures:
-    """The failures of one limit's counters, in one process."""
+class BackendFailures:
+    """The failures of one caller's backend calls, in one process."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         #: Monotonic seconds: the app's clock's ``monotonic``.
@@ -32,7 +33,7 @@ class CounterFailures:
         self._lock = threading.Lock()
 
     def waiting(self) -> bool:
-        """Return whether a failure is so recent that the counters are not tried again."""
+        """Return whether a failure is so recent that the backend is not tried again."""
         return bool(self._retry_at) and self.clock() < self._retry_at
 
     @property
@@ -54,7 +55,7 @@ class CounterFailures:
         return unreported
 
     def recovered(self) -> int | None:
-        """Note a try that answered: if the counters were failing, return how many
+        """Note a try that answered: if the backend was failing, return how many
         failures went unreported since the last line (to log the recovery), else None."""
         with self._lock:
             if not self._retry_at:
