@@ -37,7 +37,8 @@ from app.limits.address import init_rate_limit
 from app.oauth import init_oauth
 from app.observability.metrics import init_metrics
 from app.oidc import init_third_party_login
-from app.sessions import init_sessions, log_out_changed_users
+from app.sessions import init_sessions
+from app.sessions.ending import log_out_changed_users
 from app.views import register_blueprints
 
 

@@ -11,8 +11,10 @@ import click
 from flask.cli import AppGroup
 
 from app.auth.tokens import ROLES
+from app.backends.interface import BackendUnavailable
 from app.config.parsers import AUDIENCE
-from app.extensions import current_settings
+from app.config.usernames import CLIENT_USERNAME_PREFIX
+from app.extensions import current_settings, get_clock, get_cutoffs
 from app.oauth.clients import (
     Client,
     ClientsFileError,
@@ -68,6 +70,21 @@ def checked_audiences(audiences: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(audiences))
 
 
+def cut_off_tokens(client_id: str, change: str) -> str:
+    """Refuse every access token the client was given until now (a logout everywhere of
+    its username), after its secret was changed or the client removed; return what to
+    print of it. Exit status 1, saying what to run, when the store cannot answer."""
+    username = f"{CLIENT_USERNAME_PREFIX}{client_id}"
+    try:
+        get_cutoffs().log_out_everywhere(username, int(get_clock()()))
+    except BackendUnavailable as error:
+        raise click.ClickException(
+            f"{change}, but its access tokens were not cut off, the token store is"
+            f" unavailable: {error}; run `flask sessions end {username}` once it answers"
+        ) from None
+    return "its access tokens issued until now are refused"
+
+
 @clients.command("add")
 @click.argument("client_id", callback=valid_client_id)
 @click.option("--role", type=click.Choice(ROLES), default="user", show_default=True)
@@ -97,7 +114,8 @@ def add_client_command(client_id: str, role: str, audiences: tuple[str, ...]) ->
 @clients.command("rotate-secret")
 @click.argument("client_id", callback=valid_client_id)
 def rotate_secret_command(client_id: str) -> None:
-    """Give CLIENT_ID a new secret, print it once; the old one stops working at once."""
+    """Give CLIENT_ID a new secret, print it once; the old one stops working at once, and
+    so do the access tokens it was given (within SESSION_CUTOFF_REFRESH on every host)."""
     path = clients_file()
     secret = new_client_secret()
 
@@ -114,14 +132,16 @@ def rotate_secret_command(client_id: str) -> None:
         rotated = change_clients(path, rotate)
     if not rotated:
         raise click.ClickException(f"no client {client_id!r} in {path}")
-    click.echo(f"new secret for the client {client_id!r}, shown once:", err=True)
+    done = f"new secret for the client {client_id!r}"
+    click.echo(f"{done}; {cut_off_tokens(client_id, done)}; the secret, shown once:", err=True)
     click.echo(secret)
 
 
 @clients.command("remove")
 @click.argument("client_id", callback=valid_client_id)
 def remove_client_command(client_id: str) -> None:
-    """Remove CLIENT_ID: its secret stops working; its access tokens expire on their own."""
+    """Remove CLIENT_ID: its secret stops working at once, and so do the access tokens it
+    was given (within SESSION_CUTOFF_REFRESH on every host)."""
     path = clients_file()
     with clients_file_errors(path):
         removed = change_clients(
@@ -129,7 +149,8 @@ def remove_client_command(client_id: str) -> None:
         )
     if not removed:
         raise click.ClickException(f"no client {client_id!r} in {path}")
-    click.echo(f"removed the client {client_id!r}")
+    done = f"removed the client {client_id!r}"
+    click.echo(f"{done}; {cut_off_tokens(client_id, done)}")
 
 
 @clients.command("list")

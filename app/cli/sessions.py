@@ -10,7 +10,7 @@ from app.cli.tokens import issue_time, store_errors
 from app.cli.users import command_logging
 from app.extensions import get_store
 from app.observability.logging_config import quoted
-from app.sessions import end_session, log_out_everywhere
+from app.sessions.ending import end_session, log_out_everywhere
 
 #: Sessions read from the store per call while listing them all.
 LIST_PAGE_SIZE = 100

@@ -10,21 +10,6 @@ from flask import Flask
 from app.config.settings import Settings
 from app.extensions import CUTOFFS, clock_of, store_of
 from app.sessions.cutoffs import CutoffCache
-from app.sessions.ending import (
-    end_session,
-    log_out_changed_users,
-    log_out_everywhere,
-    login_client,
-)
-
-__all__ = [
-    "CutoffCache",
-    "end_session",
-    "init_sessions",
-    "log_out_changed_users",
-    "log_out_everywhere",
-    "login_client",
-]
 
 
 def init_sessions(app: Flask, settings: Settings) -> None:

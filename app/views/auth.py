@@ -34,7 +34,7 @@ from app.http.request_body import missing, optional_string, read_fields, require
 from app.http.request_log import note
 from app.http.responses import bodiless
 from app.limits.login_failures import DEVICE_COOKIE, DEVICE_COOKIE_LIFETIME
-from app.sessions import login_client
+from app.sessions.ending import login_client
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"

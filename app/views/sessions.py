@@ -23,7 +23,7 @@ from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 from app.extensions import get_store
 from app.http.guards import requires_roles
 from app.http.responses import bodiless
-from app.sessions import end_session, log_out_everywhere
+from app.sessions.ending import end_session, log_out_everywhere
 
 #: Sessions per page: ``limit`` when the query names none, and the most it may ask for.
 DEFAULT_PAGE_SIZE = 50

@@ -26,7 +26,7 @@ def clock() -> ManualClock:
 
 def log_out_everywhere(app, username: str = "alice") -> int:
     with app.app_context():
-        from app.sessions import log_out_everywhere as end_all
+        from app.sessions.ending import log_out_everywhere as end_all
 
         return end_all(username)
 
@@ -203,7 +203,7 @@ def test_a_password_changed_in_users_file_logs_the_user_out_everywhere(make_app,
 
 def test_every_end_of_a_session_is_a_security_event(make_app, clock, caplog):
     from app.http.request_log import NOTES_KEY
-    from app.sessions import end_session
+    from app.sessions.ending import end_session
 
     app = make_app(clock=clock)
     client = app.test_client()

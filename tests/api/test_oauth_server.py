@@ -18,7 +18,7 @@ from app.oauth.errors import OAuthError
 from tests.helpers.clock import ManualClock
 from tests.helpers.oauth import AUDIENCE, ISSUER, basic, register
 from tests.helpers.openapi import assert_documented, document_of, documented, routed
-from tests.helpers.tokens import bearer, login
+from tests.helpers.tokens import assert_unauthorized, bearer, login
 
 pytestmark = pytest.mark.store("sqlite")
 
@@ -495,6 +495,21 @@ def test_flask_clients_add_list_rotate_remove(make_app, tmp_path):
     assert runner.invoke(args=["clients", "remove", "svc"]).exit_code == 0
     assert runner.invoke(args=["clients", "remove", "svc"]).exit_code == 1
     assert runner.invoke(args=["clients", "rotate-secret", "svc"]).exit_code == 1
+
+
+@pytest.mark.parametrize("command", ["remove", "rotate-secret"])
+def test_a_removed_client_or_a_new_secret_cuts_off_the_client_s_tokens(
+    oauth_app, oauth, secrets, command
+):
+    token = client_token(oauth, secrets, "ops")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert oauth.get("/admin-accessible", headers=headers).status_code == 200
+    result = oauth_app.test_cli_runner().invoke(args=["clients", command, "ops"])
+    assert result.exit_code == 0, result.output
+    said = result.stderr if command == "rotate-secret" else result.stdout
+    assert "access tokens issued until now are refused" in said
+    assert_unauthorized(oauth.get("/admin-accessible", headers=headers))
+    assert introspect(oauth, secrets, token).get_json() == {"active": False}
 
 
 @pytest.mark.parametrize(
