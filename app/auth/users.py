@@ -20,19 +20,17 @@ logs out the users it changes on its own.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import secrets
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from app.auth.json_files import locked, read_text_file, replace_json_file
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.usernames import username_problem
 
@@ -90,63 +88,12 @@ def _is_argon2id(hashed: str) -> bool:
 
 def read_users_file(path: str) -> dict[str, str]:
     """Return the users of the file at ``path``; FileNotFoundError if there is none."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise UsersFileError(f"{path}: cannot be read: {error.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UsersFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsersFileError(f"{path}: not UTF-8") from None
-    return parse_users(text, path)
+    return parse_users(read_text_file(path, MAX_FILE_BYTES, UsersFileError), path)
 
 
 def write_users_file(path: str, users: dict[str, str]) -> None:
     """Replace the file at ``path`` with ``users`` at once: mode 0600, the same owner."""
     replace_json_file(path, users, ".users-")
-
-
-def replace_json_file(path: str, document: object, prefix: str) -> None:
-    """Replace the file at ``path`` with the JSON of ``document`` at once, through a temporary
-    file named ``<prefix>...`` beside it: mode 0600, the same owner, on disk before it returns."""
-    text = json.dumps(document, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
-    folder = os.path.dirname(path)
-    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            with contextlib.suppress(FileNotFoundError):
-                owner = os.stat(path)
-                if os.geteuid() == 0:  # root editing the service's file: it stays the service's
-                    os.fchown(handle.fileno(), owner.st_uid, owner.st_gid)
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself on disk
-    finally:
-        os.close(directory)
-
-
-@contextlib.contextmanager
-def locked(path: str) -> Iterator[None]:
-    """Hold the writers' lock of the file at ``path`` (``<path>.lock``, mode 0600)."""
-    descriptor = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # releases the lock
 
 
 def change_users(path: str, change: Callable[[dict[str, str]], bool]) -> bool:

@@ -24,8 +24,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from app.auth.json_files import locked, read_text_file, replace_json_file
 from app.auth.tokens import ROLES
-from app.auth.users import locked, replace_json_file
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.parsers import AUDIENCE
 from app.config.usernames import CLIENT_USERNAME_PREFIX
@@ -120,19 +120,7 @@ def parse_clients(text: str, where: str) -> dict[str, Client]:
 
 def read_clients_file(path: str) -> dict[str, Client]:
     """Return the clients of the file at ``path``; FileNotFoundError if there is none."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise ClientsFileError(f"{path}: cannot be read: {error.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ClientsFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return parse_clients(data.decode("utf-8"), path)
-    except UnicodeDecodeError:
-        raise ClientsFileError(f"{path}: not UTF-8") from None
+    return parse_clients(read_text_file(path, MAX_FILE_BYTES, ClientsFileError), path)
 
 
 def change_clients(path: str, change: Any) -> bool:
