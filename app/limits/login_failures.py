@@ -195,15 +195,7 @@ def init_login_failure_limit(app: Flask, settings: Settings) -> None:
 
     Its counters are the app's backend's, as the rate limits' are: one connection, not two.
     """
-    limit = None
-    if settings.users_file is not None and settings.login_failure_limit:
-        limit = LoginFailureLimit(
-            settings.login_failure_limit,
-            backend_of(app).counters,
-            counters_secret(settings, app.extensions[KEY_RING]),
-            clock_of(app),
-        )
-    app.extensions[LOGIN_FAILURE_LIMIT] = limit
+    app.extensions[LOGIN_FAILURE_LIMIT] = _failure_limit(app, settings, settings.users_file)
 
 
 def init_client_failure_limit(app: Flask, settings: Settings) -> None:
@@ -213,12 +205,16 @@ def init_client_failure_limit(app: Flask, settings: Settings) -> None:
     It counts on the counters of ``client:<id>``, a username no login can take, so a
     client and a user never share a count.
     """
-    limit = None
-    if settings.clients_file is not None and settings.login_failure_limit:
-        limit = LoginFailureLimit(
-            settings.login_failure_limit,
-            backend_of(app).counters,
-            counters_secret(settings, app.extensions[KEY_RING]),
-            clock_of(app),
-        )
-    app.extensions[CLIENT_FAILURE_LIMIT] = limit
+    app.extensions[CLIENT_FAILURE_LIMIT] = _failure_limit(app, settings, settings.clients_file)
+
+
+def _failure_limit(app: Flask, settings: Settings, file: str | None) -> LoginFailureLimit | None:
+    """Return a limit on the app's counters, or None without ``file`` or with the limit off."""
+    if file is None or not settings.login_failure_limit:
+        return None
+    return LoginFailureLimit(
+        settings.login_failure_limit,
+        backend_of(app).counters,
+        counters_secret(settings, app.extensions[KEY_RING]),
+        clock_of(app),
+    )
