@@ -27,8 +27,8 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run test test-fast lint typecheck format bench bench-short soak \
-	requirements clean
+.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
+	soak requirements clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -109,6 +109,9 @@ bench: $(INSTALLED)  ## the service paired against a floor, peers, store floors,
 
 bench-short: $(INSTALLED)  ## every pair once for 1 s; fails on an unexpected status (CI)
 	$(BIN)/python -m bench.run --short
+
+bench-scale: $(INSTALLED)  ## the scale group: 1,000,000 stored tokens against none; workers' RSS
+	$(BIN)/python -m bench.run --only scale $(BENCH_ARGS)
 
 # The soak (docs/soak.md; needs nginx and redis-server): SOAK_SECONDS of load with faults on
 # each store in SOAK_STORES; the report and its chart go to bench/results/soak-<store>.*

@@ -1,7 +1,10 @@
 """The bench's requests: sent once to check an answer, or written as wrk's Lua script.
 
-Each app's tokens come from one login at that app; the forged and the distinct tokens are
-derived from that token and the app's secret, signed as the app signs its own.
+Each app's tokens come from a login at that app (the service's from the last of the
+holder's ``HOLDER_SESSIONS`` logins, so ``GET /sessions`` lists that many); the forged and
+the distinct tokens are derived from that token and the app's secret, signed as the app
+signs its own. The service's OAuth requests authenticate as the one client
+``register_client`` wrote to its CLIENTS_FILE before it started.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from pathlib import Path
 from bench import wrk
 from bench.scenarios import HOLDER, JSON, Request
 
+#: The id of the one client registered in the service's CLIENTS_FILE.
+CLIENT_ID = "bench"
+
 #: Per-response and hop-by-hop headers the floor does not copy from the service.
 NOT_COPIED = {"date", "server", "content-length", "connection", "transfer-encoding", "keep-alive"}
 
@@ -33,6 +39,7 @@ class Credentials:
     refresh_token: str
     bad_signature: str
     many_tokens: Path
+    client_authorization: str = ""  # "Basic ..." of the app's registered client, if it has one
 
 
 @dataclass(frozen=True)
@@ -64,14 +71,43 @@ def log_in(base_url: str) -> dict[str, str]:
     return json.loads(answer.body)
 
 
-def credentials(base_url: str, secret: str, distinct: int, folder: Path) -> Credentials:
-    """Log in at ``base_url``; derive a forged token and ``distinct`` minted ones."""
-    tokens = log_in(base_url)
+def credentials(
+    base_url: str,
+    secret: str,
+    distinct: int,
+    folder: Path,
+    *,
+    logins: int = 1,
+    client_authorization: str = "",
+) -> Credentials:
+    """Log in ``logins`` times at ``base_url``; keep the last tokens; derive a forged token
+    and ``distinct`` minted ones."""
+    for _ in range(logins):
+        tokens = log_in(base_url)
     many = folder / f"tokens-{secrets.token_hex(4)}.txt"
     minted = (mint(tokens["accessToken"], secret, n) for n in range(distinct))
     many.write_text("\n".join(minted) + "\n")
     bad = forge_signature(tokens["accessToken"])
-    return Credentials(tokens["accessToken"], tokens["refreshToken"], bad, many)
+    return Credentials(
+        tokens["accessToken"], tokens["refreshToken"], bad, many, client_authorization
+    )
+
+
+def register_client(clients_file: Path) -> str:
+    """Register the client ``CLIENT_ID`` (role user) in ``clients_file`` with the service's
+    own writer, as ``flask clients add`` does; return its ``Authorization`` header value
+    (client_secret_basic)."""
+    from app.oauth.clients import Client, change_clients, new_client_secret, secret_digest
+
+    secret = new_client_secret()
+
+    def add(registered: dict[str, Client]) -> bool:
+        registered[CLIENT_ID] = Client(CLIENT_ID, secret_digest(secret), "user")
+        return True
+
+    change_clients(str(clients_file), add)
+    # The id and the secret are each form-urlencoded first; neither has a byte that changes.
+    return "Basic " + base64.b64encode(f"{CLIENT_ID}:{secret}".encode()).decode()
 
 
 def request_parts(request: Request, held: Credentials) -> tuple[dict[str, str], str | None]:
@@ -84,13 +120,16 @@ def request_parts(request: Request, held: Credentials) -> tuple[dict[str, str], 
     elif request.bearer == "many":
         with held.many_tokens.open() as tokens:
             headers["Authorization"] = f"Bearer {tokens.readline().strip()}"
+    if request.client:
+        if not held.client_authorization:
+            raise RuntimeError(f"{request.key} ({request.title}) needs a registered client")
+        headers["Authorization"] = held.client_authorization
     if request.content_type:
         headers["Content-Type"] = request.content_type
-    body = (
-        None
-        if request.body is None
-        else request.body.replace("{refresh_token}", held.refresh_token)
-    )
+    body = request.body
+    if body is not None:
+        body = body.replace("{refresh_token}", held.refresh_token)
+        body = body.replace("{access_token}", held.access_token)
     return headers, body
 
 

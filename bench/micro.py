@@ -3,13 +3,15 @@
     .venv/bin/python -m bench.micro [--rounds 9] [--calls 1000] [--only a,b] \\
         [SETTING=VALUE ...] [--versus SETTING=VALUE ...]
 
-Each request of bench/scenarios.py (a to g) goes through the app's whole WSGI entry
+Each request of bench/scenarios.py (a to i and s) goes through the app's whole WSGI entry
 (``create_app``: the request log, written to /dev/null, and the metrics included), ``--calls``
 times a round; the figure is the best round's CPU µs per call, the least disturbed by the
 machine's other work. With ``--versus``, a second app built with those settings takes turns
 with the first, round by round, and the ratio is shown: what a setting costs
 (``SIGNING_ALGORITHM=EdDSA``, ``RATE_LIMIT_EXEMPT=`` to count the address, ``METRICS=off``).
 No server, no network: a request's own cost, without gunicorn, the kernel or the client.
+The app is set up as the bench's service is: a CLIENTS_FILE of one client, the holder
+logged in ``HOLDER_SESSIONS`` times; each request is checked once for its status first.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from werkzeug.test import EnvironBuilder
 
 from app import create_app
 from bench import clients
-from bench.scenarios import HOLDER, REQUESTS, Request
+from bench.scenarios import HOLDER, HOLDER_SESSIONS, REQUESTS, Request
 
 
 def wsgi_call(app: Any, request: Request, held: clients.Credentials, tokens: list[str]) -> Callable:
@@ -40,6 +42,12 @@ def wsgi_call(app: Any, request: Request, held: clients.Credentials, tokens: lis
     environ["REMOTE_ADDR"] = "127.0.0.1"
     data = environ["wsgi.input"].read()
     turn = [0]
+    answered = []
+    for _ in app(dict(environ, **{"wsgi.input": io.BytesIO(data)}),
+                 lambda status, headers, exc_info=None: answered.append(status)):  # fmt: skip
+        pass
+    if int(answered[0][:3]) != request.status:
+        raise RuntimeError(f"{request.key} ({request.title}) answered {answered[0]}")
 
     def call() -> None:
         current = dict(environ, **{"wsgi.input": io.BytesIO(data)})
@@ -54,7 +62,10 @@ def wsgi_call(app: Any, request: Request, held: clients.Credentials, tokens: lis
 
 def prepared(settings: dict[str, str], folder: str, distinct: int) -> tuple[Any, Any, list]:
     """Return an app with ``settings``, the holder's tokens, and ``distinct`` users' tokens."""
-    overrides = {"INSTANCE_PATH": folder, "SIGNING_SECRET": secrets.token_urlsafe(48)}
+    clients_file = Path(folder) / "clients.json"
+    authorization = clients.register_client(clients_file)
+    overrides = {"INSTANCE_PATH": folder, "SIGNING_SECRET": secrets.token_urlsafe(48),
+                 "CLIENTS_FILE": str(clients_file)}  # fmt: skip
     overrides |= {"ACCESS_TOKEN_LIFETIME": "86400", "RATE_LIMIT_AUTH": "off", **settings}
     app = create_app(overrides)
     client = app.test_client()
@@ -62,11 +73,13 @@ def prepared(settings: dict[str, str], folder: str, distinct: int) -> tuple[Any,
     def log_in(name: str) -> dict[str, str]:
         return client.post("/login", json={"username": name, "password": "x"}).get_json()
 
-    tokens = log_in(HOLDER)
+    for _ in range(HOLDER_SESSIONS):
+        tokens = log_in(HOLDER)
     many = Path(folder) / "many.txt"
     many.write_text(tokens["accessToken"] + "\n")
     held = clients.Credentials(tokens["accessToken"], tokens["refreshToken"],
-                               clients.forge_signature(tokens["accessToken"]), many)  # fmt: skip
+                               clients.forge_signature(tokens["accessToken"]), many,
+                               authorization)  # fmt: skip
     return app.wsgi_app, held, [log_in(f"user{n}")["accessToken"] for n in range(distinct)]
 
 

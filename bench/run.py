@@ -2,14 +2,16 @@
 
     make bench                       # main, matrix and gateway: 5 rounds x 5 s, targets
     make bench-short                 # every group, every pair once for 1 s (CI)
-    make bench BENCH_ARGS="--only scale"   # /token on 1,000,000 stored tokens, workers' RSS
+    make bench-scale                 # /token and /sessions on 1,000,000 stored tokens, RSS
 
-Groups (``--only``): ``main`` (requests a to g against the floor and two peers), ``matrix``
-(login and refresh on each store against a floor making one store call), ``gateway`` (a
-protected path through nginx with the service's check, against nginx alone), ``scale``
-(the service on a full store against an empty one, and its workers' memory over many
-logins). Exit status: 0, even when a target is missed; 1 when an answer had another status
-than expected or wrk saw socket errors; 2 when the bench could not run.
+Groups (``--only``): ``main`` (requests a to g, the OAuth grant h and introspection i, and
+GET /sessions s against the floor, a to f against two peers too), ``matrix`` (login and
+refresh on each store against a floor making one store call), ``gateway`` (a protected
+path through nginx with the service's check, against nginx alone), ``scale`` (the service
+on a full store against an empty one, refreshing and listing the holder's sessions, and
+its workers' memory over many logins). Exit status: 0, even when a target is missed; 1
+when an answer had another status than expected or wrk saw socket errors; 2 when the
+bench could not run.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 #: Username of the token holder (a user, not the admin) and of the flooded logins.
 HOLDER = "alice"
+#: Logins of the holder at the service before a run: the sessions ``GET /sessions`` lists.
+HOLDER_SESSIONS = 10
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,8 @@ class Request:
     status: int
     bearer: str | None = None  # the Bearer token: "user", "bad" (forged) or "many" (cycled)
     content_type: str | None = None
-    body: str | None = None  # may name {refresh_token}
+    body: str | None = None  # may name {refresh_token} and {access_token}
+    client: bool = False  # HTTP Basic with the service's registered client (client_secret_basic)
 
     @property
     def route(self) -> str:
@@ -50,6 +53,12 @@ REQUESTS = {
         Request("f", "POST /restaurant-reservation", "POST", "/restaurant-reservation", 200,
                 "user", JSON, '{"guestsCount": 4}'),
         Request("g", "GET /auth/check (the gateway's check)", "GET", "/auth/check", 200,
+                "user"),
+        Request("h", "POST /oauth/token, client_credentials", "POST", "/oauth/token", 200,
+                None, FORM, "grant_type=client_credentials", client=True),
+        Request("i", "POST /oauth/introspect, an access token", "POST", "/oauth/introspect",
+                200, None, FORM, "token={access_token}", client=True),
+        Request("s", f"GET /sessions, {HOLDER_SESSIONS} sessions", "GET", "/sessions", 200,
                 "user"),
         Request("p", "GET /app through nginx", "GET", "/app", 200, "user"),
     ]
@@ -124,12 +133,16 @@ class Case:
 
 
 #: Highest CPU per request of the service over the floor's, by request (the floor's a for
-#: a*, e and g).
-FLOOR_TARGETS = {"a": 1.00, "d": 1.00, "f": 1.00, "e": 1.10, "b": 1.25, "c": 1.25, "g": 0.95}
-FLOOR_REQUEST = {"a*": "a", "e": "a", "g": "a"}
+#: a*, e, g and i; its b, a login without a store write, for h; s has none: reported).
+FLOOR_TARGETS = {"a": 1.00, "d": 1.00, "f": 1.00, "e": 1.10, "b": 1.25, "c": 1.25, "g": 0.95,
+                 "h": 1.00, "i": 1.05}  # fmt: skip
+FLOOR_REQUEST = {"a*": "a", "e": "a", "g": "a", "h": "b", "i": "a"}
+#: The requests of the main group, and those the peers answer too (SPEC.md's own).
+MAIN_REQUESTS = ("a", "a*", "b", "c", "d", "e", "f", "g", "h", "i", "s")
+PEER_REQUESTS = ("a", "a*", "b", "c", "d", "e", "f")
 #: The store matrix: the service over a floor making one store call on the same store.
 MATRIX_TARGET = 1.10
-#: The service on a full store over the same on an empty one, POST /token.
+#: The service on a full store over the same on an empty one, POST /token and GET /sessions.
 SCALE_TARGET = 1.05
 GROUPS = ("main", "matrix", "gateway", "scale")
 
@@ -138,13 +151,13 @@ def cases(groups: tuple[str, ...], stores: tuple[str, ...], stored_tokens: int) 
     """Return every pair of ``groups``, in the order they run."""
     found: list[Case] = []
     if "main" in groups:
-        for key in ("a", "a*", "b", "c", "d", "e", "f", "g"):
+        for key in MAIN_REQUESTS:
             found.append(
                 Case(
                     "main", key, SERVICE, FLOOR, FLOOR_REQUEST.get(key, key), FLOOR_TARGETS.get(key)
                 )
             )
-            if key != "g":  # the gateway's check is the service's own: the peers lack it
+            if key in PEER_REQUESTS:  # the check, OAuth and sessions are the service's own
                 found += [Case("main", key, SERVICE, App(peer), target=1.0, below=True)
                           for peer in PEERS]  # fmt: skip
     if "matrix" in groups:
@@ -160,10 +173,10 @@ def cases(groups: tuple[str, ...], stores: tuple[str, ...], stored_tokens: int) 
         )
         found += [Case("gateway", "p", App("service", proxy="gateway", settings=behind), straight),
                   Case("gateway", "p", cached, straight)]  # fmt: skip
-    if "scale" in groups:
+    if "scale" in groups:  # the holder's sessions are listed among every stored token
         found += [
-            Case("scale", "c", App("service", store, prefill=stored_tokens), App("service", store),
+            Case("scale", key, App("service", store, prefill=stored_tokens), App("service", store),
                  target=SCALE_TARGET)
-            for store in stores
+            for store in stores for key in ("c", "s")
         ]  # fmt: skip
     return found

@@ -4,7 +4,9 @@ The service, the floor and the peers all start as ``make run`` starts the servic
 ``gunicorn -c gunicorn.conf.py <app>``, so they share every gunicorn setting (workers,
 threads, keep-alive, logging configuration and logger class, hooks), and differ only in
 the WSGI app loaded. Each listens on a loopback port it inherits already bound, writes its
-output to a file of its own, and is stopped by its PID. The stores (a redis-server with
+output to a file of its own, and is stopped by its PID. Every service starts with a
+CLIENTS_FILE of one registered client (its OAuth endpoints on) and the default token shape
+(no TOKEN_ISSUER or TOKEN_AUDIENCE). The stores (a redis-server with
 AOF, a PostgreSQL cluster) and nginx are started the same way, once per ``Stack``.
 """
 
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench import clients
-from bench.scenarios import REQUESTS, SERVICE, UPSTREAM_ANSWER, App
+from bench.scenarios import HOLDER_SESSIONS, REQUESTS, SERVICE, UPSTREAM_ANSWER, App
 from tests.helpers.servers import base_environment, free_port, listening_socket
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +46,7 @@ APPLICATIONS = {
 SERVICE_SETTINGS = {"ACCESS_TOKEN_LIFETIME": "86400", "RATE_LIMIT_AUTH": "off"}
 PEER_SETTINGS = {"FLASK_ACCESS_TOKEN_LIFETIME": "86400"}
 #: The requests whose answers the floor replays, recorded from the service.
-FLOOR_REQUESTS = ("a", "b", "c", "d", "f")
+FLOOR_REQUESTS = ("a", "b", "c", "d", "f", "s")
 SITE = """
 upstream bench_upstream {{ server 127.0.0.1:{upstream}; keepalive 16; }}
 proxy_cache_path {folder}/verdicts levels=1:2 use_temp_path=off
@@ -218,6 +220,7 @@ class Side:
     login_url: str = ""  # where it issues tokens, if it does
     secret: str = ""
     service: Gunicorn | None = None  # the service's own gunicorn, if the side has one
+    client_authorization: str = ""  # the service's registered client, as HTTP Basic
 
     def cpu_seconds(self) -> float:
         return sum(cpu_seconds(pid) for pid in self.pids)
@@ -270,8 +273,10 @@ class Stack:
         if owner not in self.credentials:
             side = self.side(owner)
             self.credentials[owner] = clients.credentials(
-                side.login_url, side.secret, self.distinct_tokens, self.folder
-            )
+                side.login_url, side.secret, self.distinct_tokens, self.folder,
+                logins=HOLDER_SESSIONS if owner.kind == "service" else 1,
+                client_authorization=side.client_authorization,
+            )  # fmt: skip
         return self.credentials[owner]
 
     def _start(self, app: App, answers: Path | None = None) -> Side:
@@ -279,12 +284,15 @@ class Stack:
         instance = self._next("app-")
         name = app.name
         secret = secrets.token_urlsafe(48)
+        client = ""
         if app.kind == "service":
             url = self.store_url(app.store, instance)
             if app.prefill:
                 prefill(url, app.prefill, self.stores.get("redis"))
             env = self.environment(instance, **SERVICE_SETTINGS, **dict(app.settings))
-            env |= {"SIGNING_SECRET": secret, "TOKEN_STORE_URL": url}
+            client = clients.register_client(instance / "clients.json")
+            env |= {"SIGNING_SECRET": secret, "TOKEN_STORE_URL": url,
+                    "CLIENTS_FILE": str(instance / "clients.json")}  # fmt: skip
         elif app.kind == "floor":
             env = self.environment(instance, FLOOR_ANSWERS=str(answers or self.answers()))
             if app.store_floor:
@@ -308,7 +316,7 @@ class Stack:
         server.wait_ready()
         own = app.kind != "floor"
         return Side(app, server.url, [server.pid], server.url if own else "", secret,
-                    server if app.kind == "service" else None)  # fmt: skip
+                    server if app.kind == "service" else None, client)  # fmt: skip
 
     def _proxied(self, app: App) -> Side:
         """Start nginx before an upstream floor, with the service's check first (gateway)."""
@@ -361,7 +369,8 @@ class Stack:
         pids = [process.pid, *upstream.pids, *(service.pids if service else [])]
         if service is None:
             return Side(app, url, pids)
-        return Side(app, url, pids, service.login_url, service.secret, service.service)
+        return Side(app, url, pids, service.login_url, service.secret, service.service,
+                    service.client_authorization)  # fmt: skip
 
     def answers(self) -> Path:
         """Write the floor's answers once: the service's own, recorded."""

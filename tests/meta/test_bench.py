@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -14,6 +15,7 @@ import time
 
 import jwt
 import pytest
+from werkzeug.test import Client
 
 from bench import clients, micro, paired, report, request_line, run, scenarios, servers, wrk
 from bench.paired import Pair, Run
@@ -56,20 +58,22 @@ def test_every_request_and_target_of_the_report_is_a_pair():
     table = {(c.group, c.request, c.service, c.other, c.answered, c.target, c.below)
              for c in everything}  # fmt: skip
     floor_targets = {"a": 1.00, "a*": None, "b": 1.25, "c": 1.25, "d": 1.00, "e": 1.10,
-                     "f": 1.00, "g": 0.95}  # fmt: skip
-    floor_request = {"a*": "a", "e": "a", "g": "a"}
+                     "f": 1.00, "g": 0.95, "h": 1.00, "i": 1.05, "s": None}  # fmt: skip
+    # the grant against the floor's login (no store write), introspection against its GET
+    floor_request = {"a*": "a", "e": "a", "g": "a", "h": "b", "i": "a"}
     expected = set()
     for key, target in floor_targets.items():
         expected.add(("main", key, SERVICE, FLOOR, floor_request.get(key, key), target, False))
-        if key != "g":  # the peers lack the gateway's check
+        if key not in "ghis":  # the peers lack the gateway's check, OAuth and sessions
             for peer in ("pyjwt", "jwt-extended"):
                 expected.add(("main", key, SERVICE, App(peer), key, 1.0, True))
     for store in ("sqlite", "redis", "postgresql"):
         floor = App("floor", store, store_floor=True)
         for key in ("b", "c"):
             expected.add(("matrix", key, App("service", store), floor, key, 1.10, False))
-        expected.add(("scale", "c", App("service", store, prefill=100), App("service", store),
-                      "c", 1.05, False))  # fmt: skip
+        for key in ("c", "s"):
+            expected.add(("scale", key, App("service", store, prefill=100),
+                          App("service", store), key, 1.05, False))  # fmt: skip
     straight = App("floor", proxy="nginx")
     for service in (c.service for c in everything if c.group == "gateway"):
         assert service.proxy == "gateway"
@@ -79,7 +83,10 @@ def test_every_request_and_target_of_the_report_is_a_pair():
     gateways = [dict(c.service.settings) for c in everything if c.group == "gateway"]
     behind = {"TRUSTED_PROXIES": "127.0.0.1/32", "OPEN_LOGIN": "true"}
     assert gateways == [behind, {**behind, "AUTH_CHECK_CACHE_SECONDS": "5"}]
-    assert len(everything) == len(expected) == 22 + 6 + 2 + 3
+    assert len(everything) == len(expected) == 25 + 6 + 2 + 6
+    assert scenarios.REQUESTS["h"].body == "grant_type=client_credentials"
+    assert [key for key, request in scenarios.REQUESTS.items() if request.client] == ["h", "i"]
+    assert scenarios.REQUESTS["s"].bearer == "user"
 
 
 def test_make_bench_runs_the_main_groups_and_bench_short_every_group():
@@ -98,6 +105,10 @@ def test_make_bench_runs_the_main_groups_and_bench_short_every_group():
         r"^bench:.*\n\t\$\(BIN\)/python -m bench.run \$\(BENCH_ARGS\)$", makefile, re.M
     )
     assert re.search(r"^bench-short:.*\n\t\$\(BIN\)/python -m bench.run --short$", makefile, re.M)
+    assert re.search(
+        r"^bench-scale:.*\n\t\$\(BIN\)/python -m bench.run --only scale \$\(BENCH_ARGS\)$",
+        makefile, re.M,
+    )  # fmt: skip
     assert re.search(r"^soak:.*\n\t\$\(BIN\)/python -m tests.system.soak ", makefile, re.M)
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make bench-short" in ci
@@ -369,5 +380,55 @@ def test_the_micro_benchmark_runs_every_request_in_process(capsys):
     micro.main(["--rounds", "1", "--calls", "2", "--distinct-tokens", "2", "--versus",
                 "METRICS=off"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["a", "a*", "b", "c", "d", "e", "f", "g"]
+    keys = ["a", "a*", "b", "c", "d", "e", "f", "g", "h", "i", "s"]
+    assert [line.split()[0] for line in lines] == keys
     assert all(re.search(r"µs  versus +[\d.]+ µs  ratio [\d.]+$", line) for line in lines)
+
+
+def test_the_holder_logs_in_at_the_service_once_a_session_and_at_a_peer_once(tmp_path, monkeypatch):
+    template = jwt.encode({"username": scenarios.HOLDER, "exp": 2**40}, "s" * 48)
+    logins = []
+    monkeypatch.setattr(clients, "log_in", lambda url: logins.append(url)
+                        or {"accessToken": template, "refreshToken": "r"})  # fmt: skip
+    stack = servers.Stack(tmp_path, 2)
+    peer = App("pyjwt")
+    stack.sides = {
+        SERVICE: servers.Side(SERVICE, "http://127.0.0.1:1", [1], "http://127.0.0.1:1",
+                              "s" * 48, None, "Basic eA=="),
+        peer: servers.Side(peer, "http://127.0.0.1:2", [2], "http://127.0.0.1:2", "p" * 48),
+    }  # fmt: skip
+    held = stack.held(FLOOR, SERVICE)  # the floor's requests carry the service's tokens
+    assert logins == ["http://127.0.0.1:1"] * scenarios.HOLDER_SESSIONS
+    assert held.client_authorization == "Basic eA=="
+    assert stack.held(SERVICE, SERVICE) is held
+    assert not stack.held(peer, SERVICE).client_authorization
+    assert logins[scenarios.HOLDER_SESSIONS :] == ["http://127.0.0.1:2"]
+
+
+def test_the_registered_client_is_the_services_own_and_its_requests_are_answered(tmp_path):
+    from app.oauth.clients import ClientRegistry
+
+    authorization = clients.register_client(tmp_path / "clients.json")
+    assert (tmp_path / "clients.json").stat().st_mode & 0o777 == 0o600
+    client_id, secret = base64.b64decode(authorization.removeprefix("Basic ")).decode().split(":")
+    assert client_id == clients.CLIENT_ID
+    assert ClientRegistry(str(tmp_path / "clients.json")).authenticate(client_id, secret)
+    # the service as the bench sets it up (micro.prepared: in process), answering h, i and s
+    folder = tmp_path / "app"
+    folder.mkdir()
+    with micro.quiet_stdout():
+        app, held, _ = micro.prepared({}, str(folder), 0)
+    answers = {}
+    for key in ("h", "i", "s"):
+        request = scenarios.REQUESTS[key]
+        headers, body = clients.request_parts(request, held)
+        response = Client(app).open(
+            request.path, method=request.method, headers=headers, data=body,
+            environ_base={"REMOTE_ADDR": "127.0.0.1"},
+        )  # fmt: skip
+        assert response.status_code == request.status
+        answers[key] = response.get_json()
+    assert jwt.decode(answers["h"]["access_token"], options={"verify_signature": False})[
+        "username"] == f"client:{clients.CLIENT_ID}"  # fmt: skip
+    assert (answers["i"]["active"], answers["i"]["username"]) == (True, scenarios.HOLDER)
+    assert len(answers["s"]["sessions"]) == scenarios.HOLDER_SESSIONS
