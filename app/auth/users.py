@@ -126,13 +126,14 @@ class UserDirectory:
     ) -> None:
         self.path = path
         #: Called with the users a new reading removed or gave a new password, and the
-        #: file's mtime (whole seconds): before any login is checked against it.
+        #: second of the change (``_change_time``): before any login is checked against it.
         self.on_change = on_change
         self.hasher = hasher
         #: The app's clock: its monotonic time spaces the looks at the file.
         self.clock = clock
         self._users: dict[str, str] = {}
         self._signature: tuple[int, int, int] | None = None
+        self._read_at = 0  # the wall-clock second of the last reading
         self._next_look = 0.0
         self._lock = threading.Lock()
         self._dummy_hash = hasher.hash(secrets.token_hex(16))
@@ -221,11 +222,22 @@ class UserDirectory:
                 or (users[name] != hashed and not self._upgrade_of(hashed, users[name]))
             ]
             if changed and self.on_change is not None:
-                self.on_change(changed, int(status.st_mtime))
+                self.on_change(changed, self._change_time(int(status.st_mtime)))
             self._users = users
+            self._read_at = int(self.clock())
             if self._signature not in {None, (0, 0, 0)}:
                 logger.info("USERS_FILE %s read again: %d users", self.path, len(users))
         self._signature = signature  # a broken file is reported once, not once a second
+
+    def _change_time(self, mtime: int) -> int:
+        """Return the second a change read now was made: the file's mtime, which every
+        worker reads alike (so each logs the users out as of the same second, and a login
+        with the new password, made after the change, is kept), unless the mtime cannot be
+        the change's: older than the last reading (a file copied in with its old mtime
+        kept) or still to come. Then the change is taken as made now, so that no token
+        issued before it survives."""
+        now = int(self.clock())
+        return mtime if self._read_at - 1 <= mtime <= now else now
 
     def _upgrade_of(self, old: str, new: str) -> bool:
         """Return whether ``new`` may be the upgrade of ``old`` (same password, stronger)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import pytest
 
@@ -199,6 +200,32 @@ def test_a_password_changed_in_users_file_logs_the_user_out_everywhere(make_app,
         other.test_client().get("/user-accessible", headers=bearer(new["accessToken"])).status_code
         == 200
     )
+
+
+@pytest.mark.parametrize("shift", [-3600, 3600], ids=["copied-with-its-old-mtime", "future-mtime"])
+def test_a_users_file_whose_mtime_cannot_be_the_change_s_logs_out_as_of_now(
+    make_app, tmp_path, shift
+):
+    clock = ManualClock()
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"alice": HASHER.hash("old password")}))
+    app = make_app(clock=clock, USERS_FILE=str(users))
+    client = app.test_client()
+    old = client.post("/login", json={"username": "alice", "password": "old password"})
+    old = old.get_json()
+    clock.advance(2)
+    change_users(str(users), lambda u: u.update(alice=HASHER.hash("new password")) or True)
+    os.utime(users, (clock() + shift, clock() + shift))
+    clock.advance(1)  # the reload interval: the next login reads the file again
+    new = client.post("/login", json={"username": "alice", "password": "new password"})
+    assert new.status_code == 200
+    assert client.get("/user-accessible", headers=bearer(old["accessToken"])).status_code == 401
+    refreshed = client.post(
+        "/token", json={"username": "alice", "refreshToken": old["refreshToken"]}
+    )
+    assert refreshed.status_code == 401
+    headers = bearer(new.get_json()["accessToken"])
+    assert client.get("/user-accessible", headers=headers).status_code == 200
 
 
 def test_every_end_of_a_session_is_a_security_event(make_app, clock, caplog):
