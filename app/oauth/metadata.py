@@ -17,7 +17,7 @@ def server_metadata(
     settings: Settings, base_url: str, algorithms: list[str], jwks: bool
 ) -> dict[str, Any]:
     """Return the metadata document: ``issuer`` is TOKEN_ISSUER; the endpoints are under
-    ``base_url`` (PUBLIC_URL, else the request's); the key set only when one is published;
+    ``base_url`` (PUBLIC_URL, else TOKEN_ISSUER); the key set only when one is published;
     the OAuth endpoints only with CLIENTS_FILE, where they are served."""
     document: dict[str, Any] = {"issuer": settings.token_issuer}
     if jwks:

@@ -5,7 +5,7 @@ Registered only with TOKEN_ISSUER: without it the path is a 404 like any unknown
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, jsonify
 
 from app.extensions import current_settings, get_key_ring
 from app.oauth.metadata import METADATA_PATH, server_metadata
@@ -18,10 +18,14 @@ METADATA_MAX_AGE = 300
 
 @bp.get(METADATA_PATH)
 def metadata() -> Response:
-    """Answer the metadata document, built from the settings."""
+    """Answer the metadata document, built from the settings alone.
+
+    The endpoints are under PUBLIC_URL, else under TOKEN_ISSUER, never under the request's
+    Host: a document a cache keeps must not send clients and their secrets elsewhere.
+    """
     settings = current_settings()
     ring = get_key_ring()
-    base_url = settings.public_url or request.host_url.rstrip("/") + request.script_root
+    base_url = (settings.public_url or str(settings.token_issuer)).rstrip("/")
     algorithms = sorted({key.algorithm for key in ring.keys})
     response = jsonify(server_metadata(settings, base_url, algorithms, ring.jwks is not None))
     response.cache_control.public = True

@@ -105,9 +105,9 @@ def test_metadata_names_the_endpoints_grants_methods_and_algorithms(oauth):
     assert answer.status_code == 200
     document = answer.get_json()
     assert document["issuer"] == ISSUER
-    assert document["token_endpoint"] == "http://localhost/oauth/token"
-    assert document["introspection_endpoint"] == "http://localhost/oauth/introspect"
-    assert document["revocation_endpoint"] == "http://localhost/oauth/revoke"
+    assert document["token_endpoint"] == f"{ISSUER}/oauth/token"
+    assert document["introspection_endpoint"] == f"{ISSUER}/oauth/introspect"
+    assert document["revocation_endpoint"] == f"{ISSUER}/oauth/revoke"
     assert document["grant_types_supported"] == ["client_credentials", "password", "refresh_token"]
     methods = ["client_secret_basic", "client_secret_post"]
     assert document["token_endpoint_auth_methods_supported"] == methods
@@ -130,10 +130,24 @@ def test_metadata_uses_public_url_and_lists_no_endpoint_without_clients(make_app
     assert app.test_client().post(TOKEN, data=CREDENTIALS).status_code == 404
 
 
+@pytest.mark.parametrize("public_url", [None, "https://tokens.example.net/"])
+def test_metadata_endpoints_never_follow_the_request_s_host(make_app, clients_file, public_url):
+    settings = {"PUBLIC_URL": public_url} if public_url else {}
+    app = make_app(
+        CLIENTS_FILE=str(clients_file), TOKEN_ISSUER=ISSUER, TOKEN_AUDIENCE=AUDIENCE, **settings
+    )
+    base = (public_url or ISSUER).rstrip("/")
+    for host in ("evil.example", "localhost:8080"):
+        document = app.test_client().get(METADATA, headers={"Host": host}).get_json()
+        assert document["token_endpoint"] == f"{base}/oauth/token"
+        assert document["introspection_endpoint"] == f"{base}/oauth/introspect"
+        assert document["revocation_endpoint"] == f"{base}/oauth/revoke"
+
+
 @pytest.mark.parametrize("signing_algorithm", ["EdDSA"], indirect=True)
 def test_metadata_names_the_key_set_when_one_is_published(oauth):
     document = oauth.get(METADATA).get_json()
-    assert document["jwks_uri"] == "http://localhost/.well-known/jwks.json"
+    assert document["jwks_uri"] == f"{ISSUER}/.well-known/jwks.json"
     assert document["access_token_signing_alg_values_supported"] == ["EdDSA"]
 
 

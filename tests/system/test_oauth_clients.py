@@ -18,6 +18,7 @@ from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from flask import Flask, jsonify
 
 from tests.helpers.oauth import AUDIENCE, ISSUER, register
+from tests.helpers.servers import Gunicorn, gunicorn_environment
 from tests.helpers.tools import ROOT
 
 pytestmark = [pytest.mark.gunicorn, pytest.mark.store("sqlite")]
@@ -26,27 +27,34 @@ METADATA = "/.well-known/oauth-authorization-server"
 
 
 @pytest.fixture(scope="module")
-def server(shared_gunicorn, tmp_path_factory):
-    """One gunicorn (two workers, EdDSA) with three registered clients; their secrets."""
-    clients_file = tmp_path_factory.mktemp("clients") / "clients.json"
+def server(tmp_path_factory):
+    """One gunicorn (two workers, EdDSA) with three registered clients; their secrets. Its
+    PUBLIC_URL is its own loopback address, where the metadata sends the clients."""
+    folder = tmp_path_factory.mktemp("oauth-server")
+    clients_file = folder / "clients.json"
     secrets = {
         "billing": register(clients_file, "billing"),
         "ops": register(clients_file, "ops", role="admin"),
         "gateway": register(clients_file, "gateway"),
     }
-    service = shared_gunicorn(
+    service = Gunicorn({}, 2, folder / "gunicorn.log")
+    service.env = gunicorn_environment(
+        folder,
+        None,
         {
             "SIGNING_ALGORITHM": "EdDSA",
             "TOKEN_ISSUER": ISSUER,
             "TOKEN_AUDIENCE": AUDIENCE,
+            "PUBLIC_URL": service.url,
             "CLIENTS_FILE": str(clients_file),
             # Authlib takes a token as expired 60 seconds early (its leeway): with the
             # default 60-second lifetime, every token would look expired on arrival
             "ACCESS_TOKEN_LIFETIME": "300",
         },
-        workers=2,
     )
-    return service, secrets
+    service.start()
+    yield service, secrets
+    service.kill()
 
 
 @pytest.fixture(autouse=True)
