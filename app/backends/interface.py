@@ -73,13 +73,16 @@ class RefreshTokenPolicy:
     #: while its successor is unused; 0: never (its reuse revokes the family).
     reuse_grace: float = 0.0
     #: Seconds a session may go unused before it is refused and removed (counted from
-    #: the minute of its last use, so it may end up to a minute early); None: never.
+    #: the end of the minute of its last use, so it may end up to a minute late, never
+    #: early); None: never.
     idle_timeout: int | None = None
 
     def idle_since(self, now: float) -> int | None:
         """Return the last use (to the minute) at or before which a session is idle at
-        ``now``, or None without an idle timeout."""
-        return None if self.idle_timeout is None else int(now) - self.idle_timeout
+        ``now``, or None without an idle timeout. A last use is kept to its minute's
+        start, so the minute's end counts: a session used within the timeout is never
+        refused, whatever second of its minute the use came at."""
+        return None if self.idle_timeout is None else int(now) - self.idle_timeout - 60
 
 
 class Outcome(Enum):

@@ -223,17 +223,26 @@ def test_idle_sessions_are_refused_and_removed(make_store, clock):
         store.issue(token, "alice")
     clock.advance(540)
     assert store.owner_of(kept) == "alice"  # used in the 9th minute
-    clock.advance(59)  # idle for 599 s: still listed
+    clock.advance(60)  # idle for 600 s, counted from the end of their minute: still listed
     assert len(all_sessions(store, "alice")) == 3
-    clock.advance(1)
+    clock.advance(60)
     assert len(all_sessions(store, "alice")) == 1
     assert store.owner_of(idle) is None
     assert store.rotate(rotating, successor_of(rotating), "alice").outcome is Outcome.UNKNOWN
     assert store.count() == 1  # both removed
     assert store.owner_of(kept) == "alice"
-    clock.advance(600)
+    clock.advance(660)
     assert all_sessions(store, "alice") == []
     assert store.owner_of(kept) is None
+
+
+def test_a_session_used_within_the_idle_timeout_is_never_refused(make_store, clock):
+    store = make_store(idle_timeout=60)  # the shortest: as long as the last use's minute
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    for _ in range(9):  # every 20 s, across minutes
+        clock.advance(20)
+        assert store.owner_of(token) == "alice"
 
 
 @settings(
