@@ -197,6 +197,16 @@ def test_a_database_of_version_2_is_upgraded_and_its_families_keep_working(datab
     store.close()
 
 
+def test_a_token_written_without_a_login_time_is_logged_out_everywhere_too(store):
+    # a host still on schema 3 during a rolling upgrade writes no session columns
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        connection.execute("UPDATE refresh_tokens SET logged_in_at = NULL")
+    assert store.log_out_everywhere("alice", int(time.time()) + 1) == 1
+    assert store.owner_of(token) is None
+
+
 def test_a_host_of_version_2_calls_its_functions_and_a_retired_revoke_ends_the_family(store):
     # during an upgrade, hosts still running the earlier version call its signatures
     first = new_refresh_token()

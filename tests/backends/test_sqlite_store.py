@@ -46,6 +46,18 @@ def columns(path: str) -> list[str]:
         return [row[1] for row in database.execute("PRAGMA table_info(refresh_tokens)")]
 
 
+def test_a_token_written_without_a_login_time_is_logged_out_everywhere_too(path):
+    # a process still on the schema before sessions (a rolling restart) writes none
+    store = open_store(f"sqlite:///{path}", timeout=2)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    with contextlib.closing(sqlite3.connect(path)) as database:
+        database.execute("UPDATE refresh_tokens SET logged_in_at = NULL")
+        database.commit()
+    assert store.log_out_everywhere("alice", int(time.time()) + 1) == 1
+    assert store.owner_of(token) is None
+
+
 def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_tokens(path):
     old = new_refresh_token()
     with contextlib.closing(sqlite3.connect(path)) as database:

@@ -352,6 +352,15 @@ class SQLiteTokenStore(RefreshTokenStore):
                 " WHERE username = ? AND retired_at IS NULL AND logged_in_at <= ?",
                 (username, at),
             ).fetchall()
+            # a token written by a process still on the schema before sessions (a rolling
+            # upgrade) has no login time: its own issue time stands for it
+            rows += connection.execute(
+                "SELECT digest, family, expires_at FROM refresh_tokens"
+                " INDEXED BY refresh_tokens_by_session"
+                " WHERE username = ? AND retired_at IS NULL AND logged_in_at IS NULL"
+                " AND issued_at <= ?",
+                (username, at),
+            ).fetchall()
             for digest, family, _ in rows:
                 forget_live(connection, digest, family)
             connection.execute(

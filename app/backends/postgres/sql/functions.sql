@@ -119,7 +119,10 @@ BEGIN
     END IF;
     FOR v_token IN
         SELECT digest, family, expires_at FROM refresh_tokens
-        WHERE username = p_username AND retired_at IS NULL AND logged_in_at <= p_at
+        -- a token written by a host still on schema 3 (a rolling upgrade) has no login
+        -- time: its own issue time stands for it
+        WHERE username = p_username AND retired_at IS NULL
+            AND coalesce(logged_in_at, issued_at) <= p_at
     LOOP
         PERFORM token_store_forget_live(v_token.digest, v_token.family);
         IF v_token.expires_at IS NULL OR v_token.expires_at > floor(p_now)::bigint THEN
