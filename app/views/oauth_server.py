@@ -124,6 +124,7 @@ def client_credentials(client: Client, fields: dict[str, Any]) -> Response:
             raise OAuthError(
                 "unauthorized_client", "the client's audiences are none of TOKEN_AUDIENCE"
             )
+    get_cutoffs().wait_out(client.username)  # a token is never refused as soon as issued
     access_token = issue_access_token(
         client.username,
         client.role,
@@ -160,6 +161,7 @@ def refresh_token_grant(fields: dict[str, Any]) -> Response:
         note(user=owner, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
         raise invalid_grant("the refresh token is unknown")
     note(user=owner, event=Event.REFRESH)
+    get_cutoffs().wait_out(owner)  # as POST /token does
     return token_answer(access_token_for(owner), None)
 
 

@@ -511,6 +511,20 @@ def test_flask_clients_add_list_rotate_remove(make_app, tmp_path):
     assert runner.invoke(args=["clients", "rotate-secret", "svc"]).exit_code == 1
 
 
+def test_a_grant_in_the_second_of_a_new_secret_waits_and_its_token_works(
+    make_app, clients_file, secrets
+):
+    clock = ManualClock()
+    app = make_app(clock=clock, CLIENTS_FILE=str(clients_file))
+    oauth = app.test_client()
+    rotated = app.test_cli_runner().invoke(args=["clients", "rotate-secret", "svc"])
+    assert rotated.exit_code == 0, rotated.output
+    issued_in = int(clock())
+    token = client_token(oauth, {"svc": rotated.stdout.strip()})
+    assert int(clock()) == issued_in + 1  # it waited out the cut-off's second
+    assert oauth.get("/user-accessible", headers=bearer(token)).status_code == 200
+
+
 @pytest.mark.parametrize("command", ["remove", "rotate-secret"])
 def test_a_removed_client_or_a_new_secret_cuts_off_the_client_s_tokens(
     oauth_app, oauth, secrets, command
