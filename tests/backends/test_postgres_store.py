@@ -792,10 +792,14 @@ def test_a_database_of_version_3_is_upgraded_and_its_tokens_become_sessions(data
             "DROP INDEX refresh_tokens_by_session; DROP TABLE cutoffs;"
             " ALTER TABLE refresh_tokens DROP COLUMN session, DROP COLUMN logged_in_at,"
             " DROP COLUMN last_used_at, DROP COLUMN address, DROP COLUMN user_agent;"
-            " UPDATE token_store_schema SET version = 3"
+            " UPDATE token_store_schema SET version = 3;"
+            " UPDATE refresh_tokens SET issued_at = issued_at - 86400"
         )
+    upgraded = int(time.time()) // 60 * 60
     store = open_store(database, timeout=2)
     sessions = store.sessions_of("alice").sessions
+    # logged in a day ago; last used, as far as anyone knows, at the upgrade
+    assert all(s.logged_in_at < upgraded - 3600 <= upgraded <= s.last_used_at for s in sessions)
     assert len({session.id for session in sessions}) == 2
     assert all(session.address == session.user_agent == "" for session in sessions)
     assert all(len(session.id) == 64 for session in sessions)  # two random UUIDs' bits

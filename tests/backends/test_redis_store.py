@@ -452,11 +452,15 @@ def test_tokens_from_before_sessions_become_sessions_one_per_family(
     with session_redis.client() as client:  # as the layout before sessions left them
         for key in client.scan_iter("rt:token:*"):
             client.hdel(key, "session", "logged_in_at", "last_used_at", "address", "user_agent")
+            client.hincrby(key, "issued_at", -86400)
         client.delete("rt:schema")
     store.close()
+    upgraded = int(time.time()) // 60 * 60
     again = open_store(redis_url, timeout=2)
     again.ping()  # the start-up check migrates
     sessions = again.sessions_of("alice").sessions
+    # logged in a day ago; last used, as far as anyone knows, at the upgrade
+    assert all(s.logged_in_at < upgraded - 3600 <= upgraded <= s.last_used_at for s in sessions)
     assert len({session.id for session in sessions}) == 2
     assert all(session.address == session.user_agent == "" for session in sessions)
     with session_redis.client() as client:

@@ -409,13 +409,16 @@ def test_a_file_of_version_1_is_migrated_and_its_tokens_become_sessions(path):
         # as version 1 left it: no session columns' values, no cut-offs
         database.execute(
             "UPDATE refresh_tokens SET session = NULL, logged_in_at = NULL, last_used_at = NULL,"
-            " address = NULL, user_agent = NULL"
+            " address = NULL, user_agent = NULL, issued_at = issued_at - 86400"
         )
         database.execute("DROP TABLE cutoffs")
         database.execute("PRAGMA user_version = 1")
+    upgraded = int(time.time()) // 60 * 60
     store = open_store(f"sqlite:///{path}", timeout=2)
     sessions = store.sessions_of("alice").sessions
     assert user_version(path) == SCHEMA_VERSION
+    # logged in a day ago; last used, as far as anyone knows, at the upgrade
+    assert all(s.logged_in_at < upgraded - 3600 <= upgraded <= s.last_used_at for s in sessions)
     assert len({session.id for session in sessions}) == 2
     assert all(session.address == session.user_agent == "" for session in sessions)
     with contextlib.closing(sqlite3.connect(path)) as database:

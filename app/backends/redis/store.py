@@ -311,7 +311,7 @@ class RedisTokenStore(RefreshTokenStore):
                 members = members or [digest]
             self._migrate_family(
                 keys=[TOKEN_KEY_PREFIX + member for member in members],
-                args=[new_session_id(), first, to_the_minute(first)],
+                args=[new_session_id(), first, to_the_minute(self.clock())],  # the upgrade
             )
 
     def revoke_all(self, username: str) -> int:

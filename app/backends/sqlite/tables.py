@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -132,7 +133,10 @@ CUTOFF_SCHEMA = (
 
 def _version_2(connection: sqlite3.Connection) -> None:
     """Sessions and cut-offs. A token from before becomes a session of a new id (one per
-    family), logged in at its family's first issue, last used then, its client unknown."""
+    family), logged in at its family's first issue, its client unknown, last used at the
+    upgrade: its real last use was never kept, and an idle timeout turned on with the
+    upgrade must not end the sessions in use."""
+    upgraded_at = int(time.time()) // 60 * 60
     present = {row[1] for row in connection.execute("PRAGMA table_info(refresh_tokens)")}
     for name, kind in SESSION_COLUMNS.items():
         if name not in present:
@@ -147,7 +151,7 @@ def _version_2(connection: sqlite3.Connection) -> None:
             connection.execute(
                 "UPDATE refresh_tokens SET session = ?, logged_in_at = ?, last_used_at = ?,"  # noqa: S608
                 f" address = '', user_agent = '' WHERE {column} = ?",
-                (secrets.token_urlsafe(16), logged_in_at, logged_in_at - logged_in_at % 60, key),
+                (secrets.token_urlsafe(16), logged_in_at, upgraded_at, key),
             )
     for statement in (SESSION_INDEX, *CUTOFF_SCHEMA):
         connection.execute(statement)

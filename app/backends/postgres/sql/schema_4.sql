@@ -1,7 +1,8 @@
 -- Version 4: sessions and cut-offs (app/backends/sqlite/tables.py says what each session
 -- column holds; every token of a family carries its family's). A token from before
 -- becomes a session of a new random id (one per family), logged in at its family's first
--- issue and last used then, its client unknown.
+-- issue, its client unknown, last used at the upgrade: its real last use was never kept,
+-- and an idle timeout turned on with the upgrade must not end the sessions in use.
 ALTER TABLE refresh_tokens
     ADD COLUMN IF NOT EXISTS session text COLLATE "C",
     ADD COLUMN IF NOT EXISTS logged_in_at bigint,
@@ -14,7 +15,8 @@ WITH family AS MATERIALIZED (  -- one id per family, drawn once
     FROM refresh_tokens WHERE session IS NULL GROUP BY coalesce(family, digest))
 UPDATE refresh_tokens AS token
     SET session = family.id, logged_in_at = family.first,
-        last_used_at = family.first - family.first % 60, address = '', user_agent = ''
+        last_used_at = floor(extract(epoch FROM now()) / 60)::bigint * 60,
+        address = '', user_agent = ''
     FROM family
     WHERE token.session IS NULL AND coalesce(token.family, token.digest) = family.key;
 -- A user's live sessions, newest login first, ties by id: sessions_of's keyset pages and
