@@ -277,6 +277,13 @@ def revoke(refresh_token: str) -> Response:
     An old token of a rotated family ends the family, as its reuse at /token does.
     """
     limit_rate("revoke")
+    revoke_refresh_token(refresh_token)
+    return bodiless(204)
+
+
+def revoke_refresh_token(refresh_token: str) -> None:
+    """Forget a refresh token (an old one of a rotated family ends the family) and note
+    what happened on the request's line; ``DELETE /token/...`` and ``/oauth/revoke``."""
     revocation = get_store().revoke(refresh_token)
     if revocation.reused:  # an old token's holder may be a thief erasing a theft's trace
         note(
@@ -289,7 +296,6 @@ def revoke(refresh_token: str) -> Response:
         note(event=Event.REVOKE, revoked=shown_digest(refresh_token))  # what operators see of it
     else:
         note(event=Event.REVOKE)
-    return bodiless(204)
 
 
 def access_token_for(username: str) -> str:

@@ -20,7 +20,7 @@ from app.auth.tokens import (
     role_for,
     verify_access_token,
 )
-from app.backends.interface import BackendUnavailable, shown_digest
+from app.backends.interface import BackendUnavailable
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
@@ -57,6 +57,7 @@ from app.views.auth import (
     record_login,
     required_username,
     reserved_for_clients,
+    revoke_refresh_token,
     rotated_tokens,
 )
 
@@ -221,11 +222,7 @@ def revoke() -> Response:
         authenticated_client(presented)
     token = token_field(fields)
     if "." not in token and token:
-        revocation = get_store().revoke(token)
-        if revocation.known:
-            note(event=Event.REVOKE, revoked=shown_digest(token))
-        else:
-            note(event=Event.REVOKE)
+        revoke_refresh_token(token)
     return bodiless(200)
 
 

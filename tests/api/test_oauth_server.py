@@ -459,6 +459,20 @@ def test_the_holder_revokes_a_refresh_token_as_delete_token_does(oauth, secrets)
     assert oauth.post(REVOKE, data={"token": refresh_token}).status_code == 200  # unknown: 200
 
 
+def test_revoking_an_old_rotated_token_ends_its_family_and_logs_the_reuse(
+    make_app, clients_file, secrets, capfd
+):
+    oauth = make_app(CLIENTS_FILE=str(clients_file), REFRESH_TOKEN_ROTATION="true").test_client()
+    first = login(oauth)["refreshToken"]
+    newest = oauth.post("/token", json={"username": "alice", "refreshToken": first})
+    newest = newest.get_json()["refreshToken"]
+    capfd.readouterr()
+    assert oauth.post(REVOKE, data={"token": first}).status_code == 200
+    (line,) = [json.loads(line) for line in capfd.readouterr().out.splitlines()]
+    assert (line["event"], line["user"]) == ("refresh_token_reuse", "alice")
+    assert_unauthorized(oauth.post("/token", json={"username": "alice", "refreshToken": newest}))
+
+
 def test_a_registered_client_revokes_a_refresh_token(oauth, secrets):
     refresh_token = login(oauth)["refreshToken"]
     answer = oauth.post(REVOKE, data={"token": refresh_token}, headers=basic("rs", secrets["rs"]))
