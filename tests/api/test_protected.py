@@ -6,7 +6,7 @@ import string
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.apps import ServiceKey
@@ -402,6 +402,8 @@ def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
 
 
 # --- the Bearer parse on its own -----------------------------------------------------
+# The header is read before any key is used: one app of the module's, on whatever key, for
+# the parse's tests (not one for each test, on each algorithm).
 
 
 @pytest.mark.parametrize(
@@ -427,33 +429,31 @@ def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
         ("", None),
     ],
 )
-def test_bearer_token_follows_rfc_6750(app, value, token):
+def test_bearer_token_follows_rfc_6750(shared_app, value, token):
     from app.http.guards import bearer_token
 
-    with app.test_request_context(headers={"Authorization": value}):
+    with shared_app().test_request_context(headers={"Authorization": value}):
         assert bearer_token() == token
 
 
 B64TOKEN_ALPHABET = string.ascii_letters + string.digits + "-._~+/"
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)  # the app is only read
+@settings(max_examples=300, deadline=None)
 @given(token=st.text(alphabet=B64TOKEN_ALPHABET + "= ,\t\n\u0117\u0661\uff21", max_size=12))
-def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(app, token):
+def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(shared_app, token):
     from app.http.guards import bearer_token
 
     # 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=", spelled out plainly
     body = token.rstrip("=")
     expected = token if body and all(c in B64TOKEN_ALPHABET for c in body) else None
     environ = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-    with app.test_request_context(environ_overrides=environ):
+    with shared_app().test_request_context(environ_overrides=environ):
         assert bearer_token() == expected
 
 
-def test_no_authorization_header_is_no_bearer_token(app):
+def test_no_authorization_header_is_no_bearer_token(shared_app):
     from app.http.guards import bearer_token
 
-    with app.test_request_context():
+    with shared_app().test_request_context():
         assert bearer_token() is None
