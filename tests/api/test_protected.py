@@ -6,7 +6,7 @@ import string
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.apps import ServiceKey
@@ -42,6 +42,13 @@ def reserve_with_raw_json_count(client, raw: str):
         data='{"guestsCount": ' + raw + "}",
         content_type="application/json",
     )
+
+
+@pytest.fixture
+def shared_client(shared_app):
+    """Return a client of the module's one app, for the reservation's body tests: the body
+    is read the same whatever key signed the token, and they only read answers."""
+    return shared_app().test_client()
 
 
 # --- success -------------------------------------------------------------------------
@@ -97,14 +104,16 @@ def test_claims_are_echoed_exactly_as_signed(client, signing_key):
     ("sent", "echoed"),
     [(2, 2), (0, 0), (2.5, 2.5), (-1, -1), (10**20, 10**20), (4.0, 4), (-0.5, -0.5)],
 )
-def test_reservation_echoes_guests_count_as_a_number(client, body_kind, sent, echoed):
-    tokens = login(client, "alice")
+def test_reservation_echoes_guests_count_as_a_number(shared_client, body_kind, sent, echoed):
+    tokens = login(shared_client, "alice")
     body = (
         {"json": {"guestsCount": sent}}
         if body_kind == "json"
         else {"data": {"guestsCount": str(sent)}}
     )
-    response = client.post("/restaurant-reservation", headers=bearer(tokens["accessToken"]), **body)
+    response = shared_client.post(
+        "/restaurant-reservation", headers=bearer(tokens["accessToken"]), **body
+    )
     assert response.status_code == 200
     payload = response.get_json()
     assert payload["guestsCount"] == echoed
@@ -116,8 +125,8 @@ def test_reservation_echoes_guests_count_as_a_number(client, body_kind, sent, ec
 @pytest.mark.parametrize(
     ("raw", "echoed"), [("1e3", "1000"), ("4.0", "4"), ("-0.0", "0"), ("2.50", "2.5")]
 )
-def test_reservation_echoes_json_numbers_as_javascript_would(client, raw, echoed):
-    response = reserve_with_raw_json_count(client, raw)
+def test_reservation_echoes_json_numbers_as_javascript_would(shared_client, raw, echoed):
+    response = reserve_with_raw_json_count(shared_client, raw)
     assert response.data.rstrip().endswith(b'"guestsCount":' + echoed.encode() + b"}")
 
 
@@ -140,9 +149,9 @@ def test_reservation_is_open_to_admins(client):
         ({"guestsCount": {"n": 2}}, "guestsCount must be a number"),
     ],
 )
-def test_reservation_bad_guests_count_is_400(client, body, message):
-    tokens = login(client)
-    response = client.post(
+def test_reservation_bad_guests_count_is_400(shared_client, body, message):
+    tokens = login(shared_client)
+    response = shared_client.post(
         "/restaurant-reservation", headers=bearer(tokens["accessToken"]), json=body
     )
     assert response.status_code == 400
@@ -150,14 +159,14 @@ def test_reservation_bad_guests_count_is_400(client, body, message):
 
 
 @pytest.mark.parametrize("raw", ["NaN", "Infinity", "-Infinity", "1e400"])
-def test_reservation_non_finite_json_number_is_400(client, raw):
-    assert reserve_with_raw_json_count(client, raw).status_code == 400
+def test_reservation_non_finite_json_number_is_400(shared_client, raw):
+    assert reserve_with_raw_json_count(shared_client, raw).status_code == 400
 
 
 @pytest.mark.parametrize("raw", ["two", "", " 2", "2 ", "1e3", "0x10", "+2", "2.", ".5", "nan"])
-def test_reservation_form_value_must_be_a_decimal(client, raw):
-    tokens = login(client)
-    response = client.post(
+def test_reservation_form_value_must_be_a_decimal(shared_client, raw):
+    tokens = login(shared_client)
+    response = shared_client.post(
         "/restaurant-reservation", headers=bearer(tokens["accessToken"]), data={"guestsCount": raw}
     )
     assert response.status_code == 400
@@ -402,6 +411,8 @@ def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
 
 
 # --- the Bearer parse on its own -----------------------------------------------------
+# The header is read before any key is used: one app of the module's, on whatever key, for
+# the parse's tests (not one for each test, on each algorithm).
 
 
 @pytest.mark.parametrize(
@@ -427,33 +438,31 @@ def test_forged_tokens_are_401_whether_or_not_a_valid_one_is_cached(
         ("", None),
     ],
 )
-def test_bearer_token_follows_rfc_6750(app, value, token):
+def test_bearer_token_follows_rfc_6750(shared_app, value, token):
     from app.http.guards import bearer_token
 
-    with app.test_request_context(headers={"Authorization": value}):
+    with shared_app().test_request_context(headers={"Authorization": value}):
         assert bearer_token() == token
 
 
 B64TOKEN_ALPHABET = string.ascii_letters + string.digits + "-._~+/"
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)  # the app is only read
+@settings(max_examples=300, deadline=None)
 @given(token=st.text(alphabet=B64TOKEN_ALPHABET + "= ,\t\n\u0117\u0661\uff21", max_size=12))
-def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(app, token):
+def test_a_bearer_token_is_exactly_an_rfc_6750_b64token(shared_app, token):
     from app.http.guards import bearer_token
 
     # 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=", spelled out plainly
     body = token.rstrip("=")
     expected = token if body and all(c in B64TOKEN_ALPHABET for c in body) else None
     environ = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-    with app.test_request_context(environ_overrides=environ):
+    with shared_app().test_request_context(environ_overrides=environ):
         assert bearer_token() == expected
 
 
-def test_no_authorization_header_is_no_bearer_token(app):
+def test_no_authorization_header_is_no_bearer_token(shared_app):
     from app.http.guards import bearer_token
 
-    with app.test_request_context():
+    with shared_app().test_request_context():
         assert bearer_token() is None

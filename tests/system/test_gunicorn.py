@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import io
 import ipaddress
 import json
 import os
 import random
+import runpy
 import socket
 import stat
 import subprocess
@@ -14,11 +17,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import jwt
 import pytest
 import requests
 
+from app.observability.metric_files import FOLDER_VARIABLE
 from app.observability.metrics_scrape import MULTIPROCESS_FOLDER
 from tests.helpers.servers import free_port, fresh, stop_process, wait_until
 from tests.helpers.tools import ROOT
@@ -365,37 +370,47 @@ def test_make_run_listens_on_loopback_only(tmp_path):
     assert "OPEN LOGIN" not in text
 
 
-WHEN_READY = """
-import os, runpy, sys
-conf = runpy.run_path("gunicorn.conf.py")
-# the listener gunicorn would make of HOST, or of a bind given beside the config file
-bind = os.environ.get("WHEN_READY_BIND", conf["bind"][0])
-host, port = bind.rsplit(":", 1)
-class Socket:
-    def getsockname(self):
-        return (host.strip("[]"), int(port))
-class Listener:
-    sock = Socket()
-    def __str__(self):
-        return "http://" + bind
-class Log:
-    def warning(self, message, *args):
-        print(message % args)
-class Server:
-    LISTENERS = [Listener()]
-    log = Log()
-conf["when_ready"](Server())
-"""
+class Listener(SimpleNamespace):
+    """A listener of gunicorn's: its socket, shown as its URL."""
+
+    def __init__(self, sock: SimpleNamespace, bind: str) -> None:
+        super().__init__(sock=sock, bind=bind)
+
+    def __str__(self) -> str:
+        return f"http://{self.bind}"
+
+
+class WhenReadyServer:
+    """What gunicorn.conf.py's when_ready reads of gunicorn's server: its one listener on
+    ``bind`` (none is bound), and a log that prints its warnings."""
+
+    def __init__(self, bind: str) -> None:
+        host, port = bind.rsplit(":", 1)
+        socket_ = SimpleNamespace(getsockname=lambda: (host.strip("[]"), int(port)))
+        self.LISTENERS = [Listener(socket_, bind)]
+        self.log = SimpleNamespace(warning=lambda message, *args: print(message % args))
 
 
 def when_ready(tmp_path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run gunicorn.conf.py's when_ready in a process of its own (no socket is bound)."""
-    return subprocess.run(
-        [sys.executable, "-c", WHEN_READY],
-        cwd=ROOT,
-        env={"PATH": os.environ["PATH"], "INSTANCE_PATH": str(tmp_path / "i"), **env},
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+    """Run gunicorn.conf.py, then its when_ready, with only ``env``'s settings, in this
+    process (no socket is bound, and no Python of its own is started for it): a
+    ``sys.exit(message)`` is exit status 1 with the message on stderr, as in gunicorn."""
+    env = {"INSTANCE_PATH": str(tmp_path / "i"), **env}
+    bind = env.pop("WHEN_READY_BIND", None)
+    output = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(output):
+        patch.delenv(FOLDER_VARIABLE, raising=False)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        try:
+            conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+            # the listener gunicorn would make of HOST, or of a bind given beside the config
+            conf["when_ready"](WhenReadyServer(bind or conf["bind"][0]))
+        except SystemExit as stop:
+            if isinstance(stop.code, str):
+                return subprocess.CompletedProcess([], 1, output.getvalue(), f"{stop.code}\n")
+            return subprocess.CompletedProcess([], stop.code or 0, output.getvalue(), "")
+    return subprocess.CompletedProcess([], 0, output.getvalue(), "")
 
 
 BEHIND = {"BEHIND_PROXY": "true"}

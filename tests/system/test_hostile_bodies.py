@@ -49,10 +49,12 @@ def depth_of(document: Any) -> int:
     return deepest
 
 
-@pytest.fixture
-def service(make_app):
-    """Return a client without rate limits, and the fields each endpoint needs to answer 200."""
-    client = make_app(RATE_LIMIT_AUTH="off").test_client()
+@pytest.fixture(scope="module")
+def service(shared_app):
+    """Return a client without rate limits, and the fields each endpoint needs to answer 200:
+    the module's, as its tests only send bodies and read the answers (the refresh token
+    stays valid: rotation is off)."""
+    client = shared_app(RATE_LIMIT_AUTH="off").test_client()
     tokens = login(client, "alice")
     fields = {
         "/login": {"username": "alice", "password": "pw"},

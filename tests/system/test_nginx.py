@@ -45,6 +45,20 @@ class Proxy:
     port: int
     access_log: Path
     backend: Gunicorn
+    #: Where the backend's log stood when this proxy was ready: the lines past it are this
+    #: proxy's requests, on a backend that other tests' proxies shared before it.
+    log_start: int = 0
+
+
+#: The backend of the shipped site config's tests. The app's own rate limit counts each
+#: client behind nginx too (its tests are below); off here, so that nginx's limit is the one
+#: these tests measure.
+PROXIED = {
+    "TRUSTED_PROXIES": NGINX_ADDRESS,
+    "OPEN_LOGIN": "true",
+    "LOG_LEVEL": "INFO",
+    "RATE_LIMIT_AUTH": "off",
+}
 
 
 @pytest.fixture
@@ -60,15 +74,7 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
         with_gateway: bool = False,
     ) -> Proxy:
         if backend is None:
-            # The app's own rate limit counts each client behind nginx too (its tests are
-            # below); off here, so that nginx's limit is the one these tests measure.
-            env = {
-                "TRUSTED_PROXIES": NGINX_ADDRESS,
-                "OPEN_LOGIN": "true",
-                "LOG_LEVEL": "INFO",
-                "RATE_LIMIT_AUTH": "off",
-            }
-            backend = gunicorn_server(env, workers=2)
+            backend = gunicorn_server(PROXIED, workers=2)
         port, prefix = free_port(), tmp_path / f"nginx-{len(started)}"
         prefix.mkdir()
         access_log = prefix / "access.log"
@@ -117,7 +123,8 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
                 return False
 
         wait_until(ready, 15, "nginx")
-        return Proxy(f"http://127.0.0.1:{port}", port, access_log, backend)
+        log_start = backend.log_path.stat().st_size
+        return Proxy(f"http://127.0.0.1:{port}", port, access_log, backend, log_start)
 
     yield start
     for process in started:
@@ -125,9 +132,11 @@ def start_proxy(gunicorn_server, tmp_path) -> Iterator[Callable[..., Proxy]]:
 
 
 @pytest.fixture
-def proxy(start_proxy) -> Proxy:
-    """The shipped site config, as shipped but for addresses and paths, before gunicorn."""
-    return start_proxy()
+def proxy(start_proxy, shared_gunicorn) -> Proxy:
+    """The shipped site config, as shipped but for addresses and paths, before gunicorn: a
+    new nginx (its limits and logs its own), before the module's one gunicorn, which only
+    answers; a test that stops its gunicorn starts its own with ``start_proxy()``."""
+    return start_proxy(shared_gunicorn(PROXIED, workers=2))
 
 
 def request_from(address: str, port: int, method: str, path: str, body=None, headers=None):
@@ -267,7 +276,8 @@ def test_oversized_body_is_the_services_json_413(proxy):
     assert response.json() == {"message": "request body is larger than 16384 bytes"}
 
 
-def test_gunicorn_down_is_a_json_503(proxy):
+def test_gunicorn_down_is_a_json_503(start_proxy):
+    proxy = start_proxy()
     proxy.backend.stop()
     response = requests.post(f"{proxy.url}/login", json={"username": "a"}, timeout=10)
     assert response.status_code == 503
@@ -336,7 +346,7 @@ def access_log_count(proxy: Proxy, request_line: str) -> int:
     """Return how many requests ``METHOD /path`` gunicorn's request log shows."""
     method, path = request_line.split(" ", 1)
     count = 0
-    for line in proxy.backend.log_path.read_text().splitlines():
+    for line in proxy.backend.log_path.read_bytes()[proxy.log_start :].decode().splitlines():
         try:
             entry = json.loads(line)
         except ValueError:  # not a request-log line
