@@ -156,7 +156,7 @@ def test_sessions_and_cutoffs_move_and_behave_as_before(
     session = next(s for s in before if s.address == "198.51.100.7")
     assert target.end_session("alice", session.id)
     assert target.owner_of(rotated) is None
-    clock.advance(600)  # other: idle since its login's minute
+    clock.advance(660)  # other: idle since the end of its login's minute
     assert target.owner_of(other) is None
     source.close()
     target.close()
