@@ -371,7 +371,11 @@ class SQLiteTokenStore(RefreshTokenStore):
         return sum(expires is None or expires > now for _, _, expires in rows)
 
     def cutoffs(self, newer_than: int) -> dict[str, int]:
-        with self._connection() as connection:
+        # A read every SESSION_CUTOFF_REFRESH seconds from whichever thread finds it due:
+        # through the process's one write connection, so that it opens no connection of
+        # its own in each thread that happens to make it (a thread that only writes, or
+        # only checks tokens, has none).
+        with self._connection(write=True) as connection:
             rows = connection.execute(
                 "SELECT username, at FROM cutoffs WHERE at > ?", (newer_than,)
             ).fetchall()
