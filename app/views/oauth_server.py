@@ -52,6 +52,7 @@ from app.oauth.introspection import (
 from app.views.auth import (
     access_token_for,
     check_password,
+    forbid_caching,
     in_directory,
     limit_rate,
     record_login,
@@ -62,6 +63,7 @@ from app.views.auth import (
 )
 
 bp = Blueprint("oauth_server", __name__)
+bp.after_request(forbid_caching)
 
 #: The longest ``token`` introspection and revocation look at (an access token's limit).
 MAX_TOKEN_PARAMETER = 8192
@@ -82,14 +84,6 @@ def bad_request(error: BadRequest) -> Response:
 def unauthorized_grant(error: Unauthorized) -> Response:
     """A wrong password or refresh token is RFC 6749's ``invalid_grant``, not a 401."""
     return render_oauth_error(invalid_grant("the grant is invalid"))
-
-
-@bp.after_request
-def forbid_caching(response: Response) -> Response:
-    """Keep token responses out of every cache (RFC 6749, section 5.1)."""
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["Pragma"] = "no-cache"
-    return response
 
 
 @bp.post("/oauth/token")
