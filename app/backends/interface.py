@@ -62,6 +62,15 @@ class TokenRecord:
 
 
 @dataclass(frozen=True)
+class LiveToken:
+    """What introspection tells of a live refresh token: whose, since when, until when."""
+
+    username: str
+    issued_at: int
+    expires_at: int | None  # None: the token has no lifetime (REFRESH_TOKEN_LIFETIME unset)
+
+
+@dataclass(frozen=True)
 class RefreshTokenPolicy:
     """How long refresh tokens live and how many a user holds; the defaults are SPEC.md's."""
 
@@ -83,6 +92,11 @@ class RefreshTokenPolicy:
         start, so the minute's end counts: a session used within the timeout is never
         refused, whatever second of its minute the use came at."""
         return None if self.idle_timeout is None else int(now) - self.idle_timeout - 60
+
+    def is_idle(self, last_used_at: int | None, now: float) -> bool:
+        """Return whether a session last used at ``last_used_at`` (None: never) is idle."""
+        idle_since = self.idle_since(now)
+        return idle_since is not None and last_used_at is not None and last_used_at <= idle_since
 
 
 class Outcome(Enum):
@@ -427,6 +441,12 @@ class RefreshTokenStore(ABC):
         """Return the username a live (not retired, not expired, not idle) token was issued
         to, or None. A use: the session's last use is written, at most once a minute; an
         idle session (``policy.idle_timeout``) is removed."""
+
+    @abstractmethod
+    def describe(self, token: str) -> LiveToken | None:
+        """Return what ``owner_of`` would accept of ``token``, or None, with no write: a
+        look from outside (introspection) is no use of the session, and an idle session
+        is left for its next use to remove."""
 
     @abstractmethod
     def rotate(self, token: str, successor: str, username: str) -> Rotation:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.backends.interface import LiveToken
 from app.config.usernames import CLIENT_USERNAME_PREFIX
 
 #: The answer for an expired, revoked, cut-off or foreign token: this and nothing else.
@@ -31,12 +32,17 @@ def access_token_answer(claims: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def refresh_token_answer(username: str, role: str) -> dict[str, Any]:
-    """Return the answer for an active refresh token recorded for ``username``."""
-    return {
+def refresh_token_answer(live: LiveToken, role: str) -> dict[str, Any]:
+    """Return the answer for an active refresh token, as the store knows it: ``exp``
+    only for a token with a lifetime (REFRESH_TOKEN_LIFETIME)."""
+    answer: dict[str, Any] = {
         "active": True,
         "token_type": "refresh_token",
-        "username": username,
-        "sub": username,
+        "username": live.username,
+        "sub": live.username,
         "role": role,
+        "iat": live.issued_at,
     }
+    if live.expires_at is not None:
+        answer["exp"] = live.expires_at
+    return answer

@@ -183,10 +183,12 @@ def introspect() -> Response:
     presented = token_field(fields)
     if "." in presented:
         return jsonify(introspected_access_token(presented))
-    owner = get_store().owner_of(presented) if presented else None
-    if owner is None or reserved_for_clients(owner) or not in_directory(owner):
+    live = get_store().describe(presented) if presented else None
+    if live is None or reserved_for_clients(live.username) or not in_directory(live.username):
         return jsonify(INACTIVE)
-    return jsonify(refresh_token_answer(owner, role_for(owner, current_settings().admin_username)))
+    return jsonify(
+        refresh_token_answer(live, role_for(live.username, current_settings().admin_username))
+    )
 
 
 def introspected_access_token(token: str) -> dict[str, Any]:

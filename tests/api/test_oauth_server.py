@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -384,9 +385,11 @@ def test_introspection_of_a_client_token_names_the_client(oauth, secrets):
 
 
 def test_introspection_of_a_refresh_token(oauth, secrets):
+    before = int(time.time())
     refresh_token = login(oauth, "admin")["refreshToken"]
     body = introspect(oauth, secrets, refresh_token, token_type_hint="refresh_token").get_json()
-    assert body == {
+    assert before <= body.pop("iat") <= time.time()
+    assert body == {  # no exp: refresh tokens have no lifetime by default
         "active": True,
         "token_type": "refresh_token",
         "username": "admin",
@@ -395,6 +398,15 @@ def test_introspection_of_a_refresh_token(oauth, secrets):
     }
     oauth.delete(f"/token/{refresh_token}")
     assert introspect(oauth, secrets, refresh_token).get_json() == {"active": False}
+
+
+def test_introspection_of_a_refresh_token_with_a_lifetime_gives_its_expiry(
+    make_app, clients_file, secrets
+):
+    oauth = make_app(CLIENTS_FILE=str(clients_file), REFRESH_TOKEN_LIFETIME="3600").test_client()
+    refresh_token = login(oauth)["refreshToken"]
+    body = introspect(oauth, secrets, refresh_token).get_json()
+    assert body["exp"] == body["iat"] + 3600
 
 
 def test_tokens_of_a_user_logged_out_everywhere_are_inactive(oauth, secrets):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from app.auth.tokens import new_refresh_token
 from app.backends.interface import (
     USER_AGENT_LENGTH,
+    LiveToken,
     LoginClient,
     Outcome,
     RefreshTokenPolicy,
@@ -243,6 +244,40 @@ def test_a_session_used_within_the_idle_timeout_is_never_refused(make_store, clo
     for _ in range(9):  # every 20 s, across minutes
         clock.advance(20)
         assert store.owner_of(token) == "alice"
+
+
+def test_describe_tells_what_owner_of_accepts_with_its_times(make_store, clock):
+    store = make_store(lifetime=3600)
+    token, other = new_refresh_token(), new_refresh_token()
+    store.issue(token, "alice")
+    clock.advance(30)
+    store.issue(other, "bob")
+    assert store.describe(token) == LiveToken("alice", int(START), int(START) + 3600)
+    assert store.describe(new_refresh_token()) is None
+    assert store.describe("") is None
+    successor = successor_of(token)
+    store.rotate(token, successor, "alice")
+    assert store.describe(token) is None  # retired
+    assert store.describe(successor) == LiveToken("alice", int(START) + 30, int(START) + 3600)
+    store.revoke(other)
+    assert store.describe(other) is None
+    clock.advance(3600)
+    assert store.describe(successor) is None  # expired
+    assert make_store().describe(successor) is None
+
+
+def test_describe_records_no_use_and_refuses_an_idle_session(make_store, clock):
+    store = make_store(idle_timeout=600)
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    for _ in range(10):  # a look from outside every minute: the session still goes idle
+        clock.advance(60)
+        assert store.describe(token) == LiveToken("alice", int(START), None)
+    clock.advance(60)
+    assert store.describe(token) is None
+    assert store.count() == 1  # left for its next use to remove
+    assert store.owner_of(token) is None
+    assert store.count() == 0
 
 
 @settings(

@@ -253,6 +253,7 @@ def stored_contents(store: RefreshTokenStore) -> str:
 OPERATIONS = {
     "issue": lambda store: store.issue(new_refresh_token(), "alice"),
     "owner_of": lambda store: store.owner_of(new_refresh_token()),
+    "describe": lambda store: store.describe(new_refresh_token()),
     "revoke": lambda store: store.revoke(new_refresh_token()),
     "tokens_of": lambda store: store.tokens_of("alice"),
     "revoke_all": lambda store: store.revoke_all("alice"),

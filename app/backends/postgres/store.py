@@ -30,6 +30,7 @@ from app.backends.interface import (
     Cutoff,
     DenyEntry,
     Imported,
+    LiveToken,
     LoginClient,
     Outcome,
     Record,
@@ -59,6 +60,10 @@ from app.config.clock import SYSTEM_CLOCK, Clock
 LIVE = "retired_at IS NULL AND (expires_at IS NULL OR expires_at > %(now)s)"
 OWNER_OF = (  # positional parameters: psycopg reorders named ones on each call
     "SELECT username, last_used_at, family FROM refresh_tokens WHERE digest = %s"
+    " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > %s)"
+)
+DESCRIBE = (
+    "SELECT username, issued_at, expires_at, last_used_at FROM refresh_tokens WHERE digest = %s"
     " AND retired_at IS NULL AND (expires_at IS NULL OR expires_at > %s)"
 )
 #: A session's last use, written at most once a minute (by ``owner_of``).
@@ -186,13 +191,20 @@ class PostgresTokenStore(RefreshTokenStore):
         if row is None:
             return None
         username, last_used_at, family = row
-        idle_since, minute = self.policy.idle_since(now), to_the_minute(now)
-        if idle_since is not None and last_used_at is not None and last_used_at <= idle_since:
+        minute = to_the_minute(now)
+        if self.policy.is_idle(last_used_at, now):
             self._execute("SELECT token_store_forget_live(%s, %s)", (digest, family))
             return None
         if last_used_at is None or last_used_at < minute:  # once a minute: a write
             self._execute(TOUCH, (minute, digest, minute))
         return str(username)
+
+    def describe(self, token: str) -> LiveToken | None:
+        now = self.clock()
+        row = self._fetch_one(DESCRIBE, (token_digest(token), math.floor(now)))
+        if row is None or self.policy.is_idle(row[3], now):
+            return None
+        return LiveToken(str(row[0]), int(row[1]), row[2])
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         policy, now = self.policy, self.clock()

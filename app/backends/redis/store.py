@@ -63,6 +63,7 @@ from app.backends.interface import (
     Cutoff,
     DenyEntry,
     Imported,
+    LiveToken,
     LoginClient,
     Outcome,
     Record,
@@ -111,6 +112,8 @@ SCRIPTS = {
 } | {name: read_lua(f"{name}.lua") for name in ("login", "touch", "migrate")}  # fmt: skip
 #: The fields ``owner_of`` reads of a token's hash.
 OWNER_FIELDS = ("username", "expires_at", "retired_at", "last_used_at")
+#: The fields ``describe`` reads of a token's hash.
+DESCRIBED_FIELDS = ("username", "issued_at", "expires_at", "retired_at", "last_used_at")
 #: The fields of a token's hash an import writes as they are (``retired_at`` is a float's repr).
 PLAIN_FIELDS = (
     "username", "issued_at", "expires_at", "family", "generation", "parent", "lineage",
@@ -187,15 +190,30 @@ class RedisTokenStore(RefreshTokenStore):
             return None
         if owner is None:
             return None
-        idle_since, minute = self.policy.idle_since(now), to_the_minute(now)
+        minute = to_the_minute(now)
         used = None if last_used_at is None else int(last_used_at)
-        if idle_since is not None and used is not None and used <= idle_since:
+        if self.policy.is_idle(used, now):
             self.revoke(token)  # the session ends: its family goes
             return None
         if used is None or used < minute:  # once a minute: a write
             with self._answering():
                 self._touch(keys=[key], args=[minute])
         return owner
+
+    def describe(self, token: str) -> LiveToken | None:
+        key, now = TOKEN_KEY_PREFIX + token_digest(token), self.clock()
+        try:
+            record = self.client.hmget(key, DESCRIBED_FIELDS)
+        except REDIS_FAILURES as error:
+            raise self._unavailable(error) from error
+        owner, issued_at, expires_at, retired_at, last_used_at = cast(list[str | None], record)
+        if owner is None or issued_at is None or retired_at is not None:
+            return None
+        expiry = None if expires_at is None else int(expires_at)
+        used = None if last_used_at is None else int(last_used_at)
+        if (expiry is not None and now >= expiry) or self.policy.is_idle(used, now):
+            return None
+        return LiveToken(owner, int(issued_at), expiry)
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         now, policy = self.clock(), self.policy

@@ -19,6 +19,7 @@ from app.backends.interface import (
     Cutoff,
     DenyEntry,
     Imported,
+    LiveToken,
     LoginClient,
     Outcome,
     Record,
@@ -154,8 +155,8 @@ class SQLiteTokenStore(RefreshTokenStore):
         if row is None:
             return None
         username, last_used_at, family = row
-        idle_since, minute = self.policy.idle_since(now), to_the_minute(now)
-        if idle_since is not None and last_used_at is not None and last_used_at <= idle_since:
+        minute = to_the_minute(now)
+        if self.policy.is_idle(last_used_at, now):
             with self._connection(durable=True) as connection:
                 forget_live(connection, digest, family)
             return None
@@ -167,6 +168,19 @@ class SQLiteTokenStore(RefreshTokenStore):
                     (minute, digest, minute),
                 )
         return str(username)
+
+    def describe(self, token: str) -> LiveToken | None:
+        now = self.clock()
+        with self._connection() as connection:
+            row = connection.execute(
+                "SELECT username, issued_at, expires_at, last_used_at FROM refresh_tokens"
+                " WHERE digest = ? AND retired_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (token_digest(token), now),
+            ).fetchone()
+        if row is None or self.policy.is_idle(row[3], now):
+            return None
+        return LiveToken(str(row[0]), int(row[1]), row[2])
 
     def rotate(self, token: str, successor: str, username: str) -> Rotation:
         policy, digest = self.policy, token_digest(token)
