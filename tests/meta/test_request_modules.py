@@ -20,11 +20,24 @@ MAX_MODULES = 16
 pytestmark = pytest.mark.store("sqlite")
 
 
+#: Measurements of one refresh; the fewest modules count (below).
+ATTEMPTS = 3
+
+
 def test_a_refresh_with_rotation_runs_through_at_most_16_modules(make_app):
     client = make_app(REFRESH_TOKEN_ROTATION="true").test_client()
     body = {"username": "alice", "refreshToken": login(client)["refreshToken"]}
-    # both requests in one second: the log formats its time once a second, for the first
-    # line of the second, and the measured request must not be that one
+    # The log formats its time once a second, for the first line of the second, and the
+    # measured request must not be that one: the warm-up and the measured request come at
+    # a second's start, yet a busy machine may still push the second across a boundary,
+    # so the fewest modules of a few tries count.
+    runs = [measured_refresh(client, body) for _ in range(ATTEMPTS)]
+    fewest = min(runs, key=len)
+    assert len(fewest) <= MAX_MODULES, sorted(fewest)
+
+
+def measured_refresh(client, body: dict[str, str]) -> set[str]:
+    """Return the app/ modules whose code one refresh ran, after one to warm up."""
     time.sleep(1.001 - time.time() % 1)
     warm_up = client.post("/token", data=body)  # what a first request alone loads or builds
     body["refreshToken"] = warm_up.get_json()["refreshToken"]
@@ -44,4 +57,5 @@ def test_a_refresh_with_rotation_runs_through_at_most_16_modules(make_app):
         sys.setprofile(None)
         gc.enable()
     assert response.status_code == 200
-    assert len(modules) <= MAX_MODULES, sorted(modules)
+    body["refreshToken"] = response.get_json()["refreshToken"]
+    return modules
