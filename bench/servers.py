@@ -471,6 +471,7 @@ def prefill(url: str, count: int, redis_server: Any = None) -> None:
 
     durability = "relaxed" if url.startswith("postgresql") else "normal"
     store = backend_at(url, timeout=30, durability=durability).store
+    store.ping()  # as the service does first: a new store records its layout's version
     salt = secrets.token_hex(8)
     with _fsync_off(redis_server):
         for number in range(count):
