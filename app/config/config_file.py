@@ -92,13 +92,15 @@ def _load(path: str) -> tuple[dict[str, object], int]:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as error:
         raise ConfigError(f"{where}: cannot read it: {error.strerror}") from None
-    with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(file.fileno())
+    try:
+        status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):
             raise ConfigError(f"{where} is not a regular file")
         if status.st_size > MAX_FILE_BYTES:
             raise ConfigError(f"{where} is larger than {MAX_FILE_BYTES} bytes")
-        content = file.read(MAX_FILE_BYTES + 1)
+        content = os.read(descriptor, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(descriptor)
     try:
         table = tomllib.loads(content.decode("utf-8"))
     except UnicodeDecodeError:

@@ -407,9 +407,7 @@ def toml_kinds() -> dict[str, frozenset[type]]:
 
 def _kinds(hint: Any) -> frozenset[type]:
     if get_origin(hint) in (Union, types.UnionType):
-        return frozenset().union(
-            *(_kinds(arg) for arg in get_args(hint) if arg is not type(None))
-        )
+        return frozenset().union(*(_kinds(arg) for arg in get_args(hint) if arg is not type(None)))
     if hint is bool:
         return frozenset({str, bool})
     if hint is int:
