@@ -27,7 +27,7 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
+.PHONY: help venv run test test-fast test-deploy lint typecheck format bench bench-short bench-scale \
 	soak requirements clean
 
 help:  ## list the targets
@@ -90,6 +90,10 @@ test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included,
 
 test-fast: $(INSTALLED)  ## the suite without the tests that start real servers (no system kind)
 	$(BIN)/python -m pytest $(PARALLEL) -m "not system and not ($(SERVER_MARKERS))"
+
+# Outside make test: they build a wheel and, with podman, the image (docs/deployment.md).
+test-deploy: $(INSTALLED)  ## the installed package, the container image, the Kubernetes manifests
+	$(BIN)/python -m pytest -p no:cacheprovider tests/deploy
 
 lint: $(INSTALLED)  ## ruff (lint, format), mypy (strict on app/), the layers (lint-imports)
 	$(BIN)/ruff check .
