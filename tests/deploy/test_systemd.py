@@ -43,7 +43,7 @@ MAX_EXPOSURE = 2.0
 CLIENTS = 2
 LOAD_SECONDS = 10
 RESTARTS = 2
-PASSWORD = "correct horse battery"  # noqa: S105 (a test user's)
+PASSWORD = "correct horse battery"
 
 
 def require_systemd_tools() -> None:
