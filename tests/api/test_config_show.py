@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from app.cli.config import shown
+from app.cli.config import effective_settings, shown
 from app.config.config_file import MASK
-from app.config.settings import setting_names
+from app.config.settings import Settings, setting_names
 from tests.helpers.tools import ROOT
 
 SECRET = "kq3Vn8ZxT2wLr5Yb7Hc9Jd1Mf4Pg6Rs0Ut2Wv4Xy6Za8"
@@ -89,3 +89,20 @@ def test_show_masks_the_generated_secret_too(tmp_path):
 )
 def test_a_secret_is_masked_and_nothing_else(name, value, expected):
     assert shown(name, value) == expected
+
+
+def test_a_providers_settings_are_shown_with_its_client_secret_masked():
+    settings = Settings.load(
+        environ={
+            "OIDC_PROVIDERS": "acme",
+            "OIDC_ACME_ISSUER": "https://id.acme.example",
+            "OIDC_ACME_CLIENT_ID": "token-service",
+            "OIDC_ACME_CLIENT_SECRET": SECRET,
+        }
+    )
+    rows = {name: shown(name, text) for name, text in effective_settings(settings)}
+    assert rows["OIDC_PROVIDERS"] == "acme"
+    assert rows["OIDC_ACME_ISSUER"] == "https://id.acme.example"
+    assert rows["OIDC_ACME_CLIENT_SECRET"] == MASK
+    assert rows["OIDC_ACME_SCOPES"] == "openid profile email"
+    assert SECRET not in str(rows)
