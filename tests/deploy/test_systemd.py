@@ -79,8 +79,8 @@ def verify(tmp_path: Path, *units: Path) -> subprocess.CompletedProcess[str]:
         program.write_text("#!/bin/sh\n")
         program.chmod(0o755)
     for unit in units:
-        shutil.copy(unit, system / unit.name.removesuffix(".broken"))
-    names = [f"/etc/systemd/system/{unit.name.removesuffix('.broken')}" for unit in units]
+        shutil.copy(unit, system / unit.name)
+    names = [f"/etc/systemd/system/{unit.name}" for unit in units]
     return subprocess.run(
         ["systemd-analyze", "verify", "--man=no", f"--root={root}", *names],
         capture_output=True, text=True, timeout=60,
@@ -96,7 +96,8 @@ def test_both_units_verify_without_a_warning(tmp_path):
 
 def test_verify_reports_a_misspelled_key(tmp_path):
     require_systemd_tools()
-    broken = tmp_path / "token-service.socket.broken"
+    (tmp_path / "broken").mkdir()
+    broken = tmp_path / "broken" / SOCKET.name
     broken.write_text(SOCKET.read_text().replace("Backlog=", "Backlogg="))
     result = verify(tmp_path, broken, SERVICE)
     assert "Unknown key 'Backlogg'" in result.stderr
