@@ -15,6 +15,7 @@ can change or read.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Callable, Mapping
@@ -28,6 +29,8 @@ from app.config.parsers import ConfigError
 CONFIG_FILE: Final = "CONFIG_FILE"
 #: Largest file read, in bytes: a settings file is a few kilobytes.
 MAX_FILE_BYTES = 1024 * 1024
+#: A key shown as it is in a message; any other is quoted.
+PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 #: What a masked secret shows, whatever its length.
 MASK: Final = "********"
 #: The TOML types each kind of setting takes, by the name its error message gives them.
@@ -63,7 +66,7 @@ def read_config_file(
     for key, value in table.items():
         kinds = kinds_of(key)
         if kinds is None:
-            raise ConfigError(f"{CONFIG_FILE} {path}: {key} is not a setting")
+            raise ConfigError(f"{CONFIG_FILE} {path}: {shown_key(key)} is not a setting")
         values[key] = toml_text(path, key, value, kinds)
     if mode & stat.S_IWOTH:
         raise ConfigError(
@@ -79,6 +82,12 @@ def read_config_file(
                     " environment instead"
                 )
     return ConfigFileValues(path, values)
+
+
+def shown_key(key: str) -> str:
+    """Return a file's key as a message shows it: quoted unless it is a plain name, so that
+    a quoted TOML key holding a line break or spaces keeps the message one clear line."""
+    return key if PLAIN_KEY.fullmatch(key) else repr(key)
 
 
 def _load(path: str) -> tuple[dict[str, object], int]:

@@ -19,7 +19,13 @@ from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin, ge
 from limits import RateLimitItem
 
 from app.config import parsers as parse
-from app.config.config_file import CONFIG_FILE, ConfigFileValues, read_config_file, url_password
+from app.config.config_file import (
+    CONFIG_FILE,
+    ConfigFileValues,
+    read_config_file,
+    shown_key,
+    url_password,
+)
 from app.config.names import PROVIDER_SETTING, resembled_setting
 from app.config.parsers import ConfigError, IPNetwork, Parser
 from app.config.store_url import POSTGRES_PREFIXES
@@ -444,7 +450,8 @@ def read_settings_file(path: str) -> ConfigFileValues:
             return frozenset({str})
         if resembled := resembled_setting(key, known):
             raise ConfigError(
-                f"{CONFIG_FILE} {path}: {key} is not a setting: did you mean {resembled}?"
+                f"{CONFIG_FILE} {path}: {shown_key(key)} is not a setting:"
+                f" did you mean {resembled}?"
             )
         return None
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.config.config_file import MASK, mask_url_password
+from app.config.config_file import MASK, mask_url_password, shown_key
 from app.config.names import PROVIDER_SETTING
 from app.config.parsers import ConfigError
 from app.config.settings import Settings, setting_names
@@ -126,6 +126,8 @@ def test_the_shipped_file_is_one_the_service_starts_with(tmp_path):
         ("port = 9000", "port is not a setting: did you mean PORT?"),
         ("TOKEN_STORE_TIMOUT = 2", "TOKEN_STORE_TIMOUT is not a setting: did you mean"),
         ("FAVOURITE_COLOUR = 'blue'", "FAVOURITE_COLOUR is not a setting"),
+        ("'log level' = 'INFO'", "'log level' is not a setting: did you mean LOG_LEVEL?"),
+        ('"a\\nb" = 1', "'a\\nb' is not a setting"),
         ("CONFIG_FILE = '/etc/other.toml'", "CONFIG_FILE is read from the environment only"),
         ("PORT = 70000", "PORT must be between 1 and 65535, got 70000"),
         ("PORT = true", "PORT must be a whole number or a string, got a boolean"),
@@ -247,7 +249,7 @@ def test_any_key_that_is_no_setting_is_refused_naming_the_file_and_the_key(tmp_p
     assert message.startswith(f"CONFIG_FILE {path}: ")
     if key == "CONFIG_FILE":
         return
-    assert f": {key} is not a setting" in message
+    assert f": {shown_key(key)} is not a setting" in message
 
 
 SETTINGS_BUT_PROVIDERS = sorted(setting_names() - {"OIDC_PROVIDERS", "CONFIG_FILE"})
