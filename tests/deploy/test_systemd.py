@@ -210,13 +210,15 @@ class SocketActivated:
         return int((self.folder / "pid").read_text())
 
     def restart(self) -> float:
-        """Stop gunicorn as systemd does (TERM to the master), wait until it has exited; the
-        manager then starts a new one. Return when it exited."""
+        """Stop gunicorn as systemd does (TERM to the master) and wait until it has exited; the
+        manager then starts a new one. Return when the old one exited, once the new answers."""
         pid = self.gunicorn_pid()
         os.kill(pid, signal.SIGTERM)
         wait_until(lambda: not Path(f"/proc/{pid}").exists() or zombie(pid), 30, "gunicorn's stop")
         stopped = time.monotonic()
         wait_until(lambda: self.gunicorn_pid() != pid, 10, "the next gunicorn")
+        # as systemctl restart returns: once the new service is up
+        assert requests.get(f"{self.url}/healthz", timeout=60).status_code == 200
         return stopped
 
     def stop(self) -> None:
@@ -296,7 +298,7 @@ def test_restarting_gunicorn_on_the_held_socket_refuses_and_fails_no_request(act
         for thread in threads:
             thread.join(LOAD_SECONDS + 60)
     failed = [item for item in sent if item.outcome != "200"]
-    assert failed == [], failed[:5]
+    assert failed == [], (failed[:5], activated.log_text()[-3000:])
     assert {item.what for item in sent} == {"login", "healthz"}
     assert len(sent) >= 50, len(sent)
     # requests in flight when an old gunicorn had exited: the socket's queue kept them
