@@ -159,6 +159,23 @@ done
 """
 
 
+# NoNewPrivileges= and MemoryDenyWriteExecute= as the kernel applies them (prctl; both are
+# inherited by gunicorn's workers and kept across exec), then the command's own function.
+# MemoryDenyWriteExecute= would stop a module that makes memory writable and executable.
+SANDBOXED_SERVE = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_NO_NEW_PRIVS, PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 38, 65, 1
+if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+if libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
+    if ctypes.get_errno() != errno.EINVAL:  # EINVAL: a kernel before 6.3, without it
+        raise OSError(ctypes.get_errno(), "PR_SET_MDWE")
+from app.serving.command import main
+main()
+"""
+
+
 @dataclass
 class SocketActivated:
     """gunicorn under systemd-socket-activate, restarted by SERVICE_MANAGER on the same socket."""
@@ -185,8 +202,9 @@ class SocketActivated:
             "PYTHONPATH": str(ROOT),  # the package, as /opt/token-service has it installed
         }
         passed = [argument for name in env for argument in ("-E", name)]
-        # the unit's ExecStart, /opt/token-service/bin/token-service serve: the same function
-        command = [sys.executable, "-c", "from app.serving.command import main; main()", "serve"]
+        # the unit's ExecStart, /opt/token-service/bin/token-service serve: the same function,
+        # under two of the unit's sandbox settings that the kernel applies to a process
+        command = [sys.executable, "-c", SANDBOXED_SERVE, "serve"]
         self.log = (self.folder / "service.log").open("wb")
         self.process = subprocess.Popen(
             ["systemd-socket-activate", "-l", f"127.0.0.1:{self.port}", *passed,
@@ -306,3 +324,9 @@ def test_restarting_gunicorn_on_the_held_socket_refuses_and_fails_no_request(act
     waited = [item for item in sent for at in stopped_at if item.started <= at < item.finished]
     assert len(waited) >= RESTARTS, "no request met a restart"
     assert "Traceback" not in activated.log_text()
+    # the master and its workers ran sandboxed
+    master = activated.gunicorn_pid()
+    workers = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    assert workers
+    for pid in (master, *workers):
+        assert "NoNewPrivs:\t1" in Path(f"/proc/{pid}/status").read_text()
