@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -305,3 +306,10 @@ def test_a_store_url_password_is_always_masked(password, scheme, in_query):
     assert password not in masked
     assert MASK in masked
     assert "db.internal" in masked
+
+
+def test_the_documented_example_is_a_file_the_service_starts_with(tmp_path):
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    (example,) = re.findall(r"```toml\n(.*?)```", page, re.S)
+    loaded = load(write(tmp_path / "c.toml", example, 0o644))
+    assert (loaded.port, loaded.web_concurrency, len(loaded.rate_limit_auth)) == (8080, 2, 2)
