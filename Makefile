@@ -27,7 +27,7 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run test test-fast lint typecheck format bench bench-short bench-scale \
+.PHONY: help venv run image print-image test test-fast test-deploy lint typecheck format bench bench-short bench-scale \
 	soak requirements clean
 
 help:  ## list the targets
@@ -79,6 +79,19 @@ $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 BEHIND_PROXY=true in a container)
 	@$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
+# The container image (Containerfile, docs/deployment.md), named after the project's version,
+# built with podman, or docker when there is no podman. podman keeps the HEALTHCHECK only in
+# docker's image format.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMAGE ?= token-service:$(VERSION)
+CONTAINER_ENGINE ?= $(if $(shell command -v podman),podman,docker)
+image:  ## build the container image token-service:<version> (podman, else docker)
+	$(CONTAINER_ENGINE) build $(if $(filter podman,$(notdir $(CONTAINER_ENGINE))),--format docker) \
+	  -f Containerfile -t $(IMAGE) .
+
+print-image:  ## the name and tag make image gives the image
+	@echo $(IMAGE)
+
 # The suite on every core (pytest-xdist): each worker starts its own servers, on ports
 # and in folders of its own. WORKERS=1 runs it in one process; WORKERS=4 oversubscribes a
 # machine whose tests mostly wait on servers.
@@ -90,6 +103,10 @@ test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included,
 
 test-fast: $(INSTALLED)  ## the suite without the tests that start real servers (no system kind)
 	$(BIN)/python -m pytest $(PARALLEL) -m "not system and not ($(SERVER_MARKERS))"
+
+# Outside make test: they build a wheel and, with podman, the image (docs/deployment.md).
+test-deploy: $(INSTALLED)  ## the installed package, the container image, the Kubernetes manifests
+	$(BIN)/python -m pytest -p no:cacheprovider tests/deploy
 
 lint: $(INSTALLED)  ## ruff (lint, format), mypy (strict on app/), the layers (lint-imports)
 	$(BIN)/ruff check .

@@ -1,11 +1,7 @@
-"""The WSGI entry point gunicorn loads: ``gunicorn -c gunicorn.conf.py wsgi:app``."""
+"""The WSGI entry point gunicorn loads from the repository's root: ``gunicorn -c
+gunicorn.conf.py wsgi:app``, and ``flask --app wsgi``. The package's own is
+app/serving/wsgi.py."""
 
-import sys
+from app.serving.wsgi import app
 
-from app import create_app
-from app.config.parsers import ConfigError
-
-try:
-    app = create_app()
-except ConfigError as error:  # one clear line, for `flask` commands as for gunicorn workers
-    sys.exit(f"configuration error: {error}")
+__all__ = ["app"]

@@ -3,8 +3,10 @@
 The suites are laid out by kind, each kind a folder and a marker of the same name
 (``pytest -m unit``): ``unit`` (no app), ``api`` (the app through Flask's test client, on
 SQLite), ``backends`` (the store and counters contracts, on every backend), ``system``
-(real gunicorn, nginx, Redis, PostgreSQL, browsers, reloads, faults, full disks) and
-``meta`` (the README, the Makefile, packaging, the layers, the bench). Helpers are
+(real gunicorn, nginx, Redis, PostgreSQL, browsers, reloads, faults, full disks),
+``meta`` (the README, the Makefile, packaging, the layers, the bench), and ``deploy`` (the
+installed package, the container image, the Kubernetes manifests: ``make test-deploy``,
+outside ``make test``). Helpers are
 imported from tests/helpers/, never from here.
 """
 
@@ -30,6 +32,7 @@ KINDS = {
     "backends": "the store and counters contracts, run on every backend",
     "system": "real servers: gunicorn, nginx, Redis, PostgreSQL, a browser, faults",
     "meta": "the README, the Makefile, packaging, the layers, the bench",
+    "deploy": "the installed package, the container image, the Kubernetes manifests",
 }
 TESTS = Path(__file__).resolve().parent
 

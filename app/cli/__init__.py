@@ -7,7 +7,7 @@ time, never in clear: the store does not hold them in clear either. Keys are sho
 by their kid, never a secret or a private key. Passwords are read from standard input
 or a hidden prompt, never from the command line, and never shown. ``flask clients ...``
 registers OAuth clients; a client's secret is printed once, when it is made, and stored
-as a digest.
+as a digest. ``flask config show`` prints the settings, every secret masked.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from flask import Flask
 
 from app.cli.clients import clients
+from app.cli.config import config
 from app.cli.keys import keys
 from app.cli.sessions import sessions
 from app.cli.tokens import tokens
@@ -30,3 +31,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(users)
     app.cli.add_command(clients)
     app.cli.add_command(sessions)
+    app.cli.add_command(config)

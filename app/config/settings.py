@@ -1,21 +1,31 @@
-"""The settings: a pure, typed parse of the environment, validated once at start-up.
+"""The settings: a typed parse of the environment and of CONFIG_FILE, validated once at start-up.
 
-Nothing here touches a file or imports a module above it (only the username rule,
-``app.config.usernames``, below it): ``app.instance`` creates the instance folder, the
+Nothing here touches a file but CONFIG_FILE (``app.config.config_file``), nor imports a
+module above it (only the username rule, ``app.config.usernames``, below it):
+``app.instance`` creates the instance folder, the
 generated secret and key, and checks the paths the settings name; each feature builds
 its own objects from the settings in its ``init_<feature>(app, settings)``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from limits import RateLimitItem
 
 from app.config import parsers as parse
+from app.config.config_file import (
+    CONFIG_FILE,
+    ConfigFileValues,
+    read_config_file,
+    shown_key,
+    url_password,
+)
 from app.config.names import PROVIDER_SETTING, resembled_setting
 from app.config.parsers import ConfigError, IPNetwork, Parser
 from app.config.store_url import POSTGRES_PREFIXES
@@ -25,6 +35,8 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LogFormat = Literal["json", "text"]
 StoreDurability = Literal["normal", "strict", "relaxed"]
 SigningAlgorithm = Literal["HS256", "EdDSA", "ES256"]
+#: Where a setting's value came from (``flask config show``).
+Origin = Literal["environment", "file", "default", "override"]
 
 HS256: Final = "HS256"
 EDDSA: Final = "EdDSA"
@@ -117,7 +129,11 @@ T = TypeVar("T")
 
 def setting(env: str, parser: Parser[T], default: T, *, secret: bool = False) -> T:
     """Declare a field read from the variable ``env`` by ``parser``, whose type is the field's."""
-    value: T = field(default=default, repr=not secret, metadata={"env": env, "parse": parser})
+    value: T = field(
+        default=default,
+        repr=not secret,
+        metadata={"env": env, "parse": parser, "secret": secret},
+    )
     return value
 
 
@@ -138,6 +154,8 @@ class Settings:
     what lives in the instance folder (the secret or key file, the store's path).
     """
 
+    #: None: every setting from the environment; else a TOML file of settings below it.
+    config_file: str | None = setting(CONFIG_FILE, parse.absolute_path, None)
     #: "": generated once in the instance folder (app/instance.py).
     signing_secret: str = setting("SIGNING_SECRET", parse.secret, "", secret=True)
     signing_secret_previous: tuple[str, ...] = setting(
@@ -256,37 +274,24 @@ class Settings:
         overrides: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> Settings:
-        """Read every setting from ``environ`` (default: the process's), then ``overrides``.
+        """Read every setting from CONFIG_FILE, then ``environ`` (default: the process's), then
+        ``overrides``: each wins over the one before it.
 
         Raise ConfigError, in one line, on the first bad value, an unknown override or
-        a variable that looks like a misspelled setting (``app.config.names``).
+        a variable or file key that looks like a misspelled setting (``app.config.names``).
         """
-        environ = os.environ if environ is None else environ
-        source: dict[str, Any] = {**environ, **(overrides or {})}
-        if "TRUSTED_PROXY_HOPS" in source:  # an old config must fail, not trust the wrong peers
-            raise ConfigError(
-                "TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's addresses"
-                " instead (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
-            )
-        known = {setting.metadata["env"] for setting in fields(cls)}
-        unknown = {
-            key
-            for key in (overrides or {})
-            if key not in known and not PROVIDER_SETTING.fullmatch(key)
-        }
-        if unknown:
-            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
-        for name in sorted(environ):
-            if resembled := resembled_setting(name, known):
-                raise ConfigError(
-                    f"{name} is not a setting: did you mean {resembled}? (unset or rename it)"
-                )
+        source, origins, config_file = cls.gather(overrides, environ)
         values: dict[str, Any] = {}
         for setting in fields(cls):
             env = setting.metadata["env"]
             raw = source.get(env)
             if raw is not None:
-                values[setting.name] = setting.metadata["parse"](env, str(raw))
+                try:
+                    values[setting.name] = setting.metadata["parse"](env, str(raw))
+                except ConfigError as error:
+                    if config_file is None or origins[env] != "file":
+                        raise
+                    raise ConfigError(f"{CONFIG_FILE} {config_file.path}: {error}") from None
         if values.get("store_pool_min", 1) > values.get("store_pool_max", 4):
             raise ConfigError("TOKEN_STORE_POOL_MIN must not be more than TOKEN_STORE_POOL_MAX")
         if values.get("store_durability") == "relaxed" and not str(
@@ -324,6 +329,50 @@ class Settings:
         settings.check_reach()
         return settings
 
+    @classmethod
+    def gather(
+        cls,
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Origin], ConfigFileValues | None]:
+        """Return every setting's text, where each came from, and CONFIG_FILE's values.
+
+        Settings left at their defaults are in neither mapping.
+        """
+        environ = os.environ if environ is None else environ
+        overrides = overrides or {}
+        if "TRUSTED_PROXY_HOPS" in {**environ, **overrides}:  # an old config must fail
+            raise ConfigError(
+                "TRUSTED_PROXY_HOPS is gone: set TRUSTED_PROXIES to the proxy's addresses"
+                " instead (e.g. TRUSTED_PROXIES=127.0.0.1/32,::1 for nginx on this host)"
+            )
+        known = setting_names()
+        unknown = {
+            key for key in overrides if key not in known and not PROVIDER_SETTING.fullmatch(key)
+        }
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for name in sorted(environ):
+            if resembled := resembled_setting(name, known):
+                raise ConfigError(
+                    f"{name} is not a setting: did you mean {resembled}? (unset or rename it)"
+                )
+        path = overrides.get(CONFIG_FILE, environ.get(CONFIG_FILE))
+        config_file = read_settings_file(str(path)) if path else None
+        origins: dict[str, Origin] = {}
+        source: dict[str, Any] = {}
+        layers: list[tuple[Origin, Mapping[str, Any]]] = [
+            ("file", config_file.values if config_file else {}),
+            ("environment", environ),
+            ("override", overrides),
+        ]
+        for origin, layer in layers:
+            for name, value in layer.items():
+                if name in known or PROVIDER_SETTING.fullmatch(name):
+                    source[name] = value
+                    origins[name] = origin
+        return source, origins, config_file
+
     def check_reach(self) -> None:
         """Refuse a bind or an open login that clients beyond this host could abuse."""
         if not parse.is_loopback_host(self.host) and not self.behind_proxy:
@@ -346,3 +395,70 @@ class Settings:
     def identity_provider(self, name: str) -> IdentityProvider | None:
         """Return the configured provider called ``name``, or None."""
         return next((item for item in self.identity_providers if item.name == name), None)
+
+
+@functools.cache
+def setting_names() -> frozenset[str]:
+    """Return every setting's variable name (a provider's OIDC_<NAME>_* aside)."""
+    return frozenset(setting.metadata["env"] for setting in fields(Settings))
+
+
+@functools.cache
+def toml_kinds() -> dict[str, frozenset[type]]:
+    """Return the TOML types each setting takes in CONFIG_FILE: a string always, and the
+    natural type of a number, a yes or no, or a list."""
+    hints = get_type_hints(Settings)
+    return {setting.metadata["env"]: _kinds(hints[setting.name]) for setting in fields(Settings)}
+
+
+def _kinds(hint: Any) -> frozenset[type]:
+    if get_origin(hint) in (Union, types.UnionType):
+        return frozenset().union(*(_kinds(arg) for arg in get_args(hint) if arg is not type(None)))
+    if hint is bool:
+        return frozenset({str, bool})
+    if hint is int:
+        return frozenset({str, int})
+    if hint is float:
+        return frozenset({str, int, float})
+    if get_origin(hint) is tuple:
+        return frozenset({str, list})
+    return frozenset({str})
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Return whether the setting ``name`` holding ``value`` is a secret to keep hidden."""
+    if name.startswith("OIDC_") and name.endswith("_CLIENT_SECRET"):
+        return True
+    if name == "TOKEN_STORE_URL":
+        return url_password(value) is not None
+    return name in SECRET_SETTINGS
+
+
+def read_settings_file(path: str) -> ConfigFileValues:
+    """Read CONFIG_FILE at ``path``; its keys must be settings' names, spelled exactly."""
+    known = setting_names()
+    kinds = toml_kinds()
+
+    def kinds_of(key: str) -> frozenset[type] | None:
+        if key == CONFIG_FILE:
+            raise ConfigError(
+                f"{CONFIG_FILE} {path}: {CONFIG_FILE} is read from the environment only"
+            )
+        if key in kinds:
+            return kinds[key]
+        if PROVIDER_SETTING.fullmatch(key):
+            return frozenset({str})
+        if resembled := resembled_setting(key, known):
+            raise ConfigError(
+                f"{CONFIG_FILE} {path}: {shown_key(key)} is not a setting:"
+                f" did you mean {resembled}?"
+            )
+        return None
+
+    return read_config_file(path, kinds_of, is_secret)
+
+
+#: The settings whose values are secrets, always masked (a store URL's password too).
+SECRET_SETTINGS = frozenset(
+    setting.metadata["env"] for setting in fields(Settings) if setting.metadata.get("secret")
+)

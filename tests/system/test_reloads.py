@@ -255,7 +255,7 @@ def test_nginx_closes_idle_connections_before_any_gunicorn_worker_does():
     from gunicorn.workers import gthread
 
     text = SITE.read_text()
-    config = (ROOT / "gunicorn.conf.py").read_text()
+    config = (ROOT / "app" / "serving" / "gunicorn_config.py").read_text()
     (gunicorn_keepalive,) = re.findall(r"^keepalive = (\d+)", config, re.M)
     nginx_timeout = upstream_keepalive_timeout(text)
     assert nginx_timeout < gthread.STOP_KEEPALIVE_LINGER  # a stopping worker's
