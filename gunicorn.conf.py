@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from app.auth.keys import settings_key_ring
-from app.compat.gunicorn import refuse_new_connections_when_stopping
+from app.compat.gunicorn import quit_at_once, refuse_new_connections_when_stopping
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.http.proxy import everyone_trusted_warning
@@ -87,6 +87,12 @@ def on_exit(server):
     folder = own_multiprocess_folder()
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Ctrl-C stops every process at once, and the terminal's SIGINT reaches the master only
+# (app/compat/gunicorn.py says why the workers' own handling could hang for 20 s).
+def post_fork(server: Any, worker: Any) -> None:
+    quit_at_once(worker)
 
 
 # A stopping worker (TERM: gunicorn stopping, or the old workers of a HUP) refuses new
