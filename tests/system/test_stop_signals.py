@@ -8,6 +8,7 @@ until the master killed it 20 s later and logged "Perhaps out of memory?".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,10 +70,8 @@ def stop_time(process: subprocess.Popen, send: int, whole_group: bool) -> float:
         os.killpg(process.pid, send)
     else:
         process.send_signal(send)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(STOP_SECONDS + 3)
-    except subprocess.TimeoutExpired:
-        pass
     took = time.monotonic() - started
     if process.poll() is None or group_alive(process.pid):
         os.killpg(process.pid, signal.SIGKILL)
