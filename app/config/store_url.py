@@ -85,6 +85,20 @@ def postgres_url_problem(parameters: Mapping[str, object]) -> str | None:
     return None
 
 
+def relative_path_hint(path: str) -> str:
+    """Return the hint to add when a SQLite ``path`` is relative, or "" when it is absolute.
+
+    ``sqlite:///var/lib/tokens.sqlite3`` names ``var/lib/tokens.sqlite3`` in the working
+    folder: an absolute path needs a fourth slash, easily missed.
+    """
+    if path.startswith("/"):
+        return ""
+    return (
+        f" (sqlite:///{path} is a path relative to the working folder; an absolute"
+        f" path has four slashes: sqlite:////{path})"
+    )
+
+
 def sqlite_url(path: str) -> str:
     """Return the TOKEN_STORE_URL of the SQLite file at ``path``."""
     return SQLITE_PREFIX + path

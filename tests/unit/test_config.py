@@ -869,3 +869,31 @@ def test_a_postgres_url_that_names_no_database_is_refused_in_one_line(url):
 )
 def test_a_postgres_url_that_can_connect_is_accepted(url):
     assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url
+
+
+# --- a SQLite URL with three slashes for an absolute path ---------------------------------
+
+
+def test_a_sqlite_url_with_three_slashes_names_the_fourth_in_its_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a relative path starts: no var/ here
+    url = "sqlite:///var/lib/token-service/tokens.sqlite3"
+    settings = Settings.load(
+        {"INSTANCE_PATH": str(tmp_path / "instance"), "TOKEN_STORE_URL": url}, environ={}
+    )
+    with pytest.raises(ConfigError) as raised:
+        prepare_instance(settings)
+    assert str(raised.value) == (
+        f"TOKEN_STORE_URL: {tmp_path}/var/lib/token-service does not exist"
+        " (sqlite:///var/lib/token-service/tokens.sqlite3 is a path relative to the working"
+        " folder; an absolute path has four slashes:"
+        " sqlite:////var/lib/token-service/tokens.sqlite3)"
+    )
+
+
+@given(st.lists(st.from_regex(r"[a-z0-9_.-]{1,8}", fullmatch=True), min_size=1, max_size=4))
+def test_only_a_relative_sqlite_path_gets_the_four_slash_hint(segments):
+    from app.config.store_url import relative_path_hint
+
+    path = "/".join(segments)
+    assert f"sqlite:////{path}" in relative_path_hint(path)
+    assert relative_path_hint(f"/{path}") == ""
