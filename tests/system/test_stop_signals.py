@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from app.observability.metrics_scrape import MULTIPROCESS_FOLDER
 from tests.helpers.servers import base_environment, free_port, wait_until
 from tests.helpers.tools import ROOT
 
@@ -26,6 +27,8 @@ pytestmark = [pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 
 #: Stops per signal: enough to see a hang that comes one time in four (0.75^15 < 2%).
 TRIES = 15
+#: Workers of each gunicorn: Ctrl-C may hang any of them.
+WORKERS = 2
 #: How long a stop may take, from the signal to the master's exit.
 STOP_SECONDS = 2.0
 
@@ -36,7 +39,7 @@ def start_make_run(folder: Path) -> tuple[subprocess.Popen, Path, str]:
     env = base_environment() | {
         "INSTANCE_PATH": str(folder / "instance"),
         "PORT": str(port),
-        "WEB_CONCURRENCY": "2",
+        "WEB_CONCURRENCY": str(WORKERS),
     }
     log = folder / "gunicorn.log"
     with log.open("wb") as output:
@@ -59,6 +62,17 @@ def start_make_run(folder: Path) -> tuple[subprocess.Popen, Path, str]:
             return False
 
     wait_until(ready, 30, "gunicorn")
+    # Every worker has built its app (its metric files are made then), so that a stop
+    # times the stop, not the rest of a worker's start on a busy machine.
+    metrics = folder / "instance" / MULTIPROCESS_FOLDER / str(process.pid)
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+
+    def workers_built() -> bool:
+        workers = children.read_text().split()
+        built = {path.name for path in metrics.glob("counter_*.db")}
+        return len(workers) == WORKERS and all(f"counter_{pid}.db" in built for pid in workers)
+
+    wait_until(workers_built, 30, "gunicorn's workers")
     return process, log, url
 
 
