@@ -1,7 +1,8 @@
 """Stopping `make run`'s gunicorn: Ctrl-C and TERM end it at once, every time.
 
 Ctrl-C at a terminal sends SIGINT to the whole foreground process group, master and
-workers alike; a container runtime or a unit's stop sends TERM to the master. Before
+workers alike; a container runtime's stop sends TERM to the master, a systemd unit's to
+every process of the unit. Before
 app/compat/gunicorn.py's quick shutdown, Ctrl-C hung a worker in about one stop of four,
 until the master killed it 20 s later and logged "Perhaps out of memory?".
 """
@@ -29,8 +30,18 @@ pytestmark = [pytest.mark.gunicorn, pytest.mark.store("sqlite")]
 TRIES = 15
 #: Workers of each gunicorn: Ctrl-C may hang any of them.
 WORKERS = 2
-#: How long a stop may take, from the signal to the master's exit.
+#: How long a stop may take, from the signal to the master's exit, on a machine with a
+#: core to spare (measured: 0.3 to 0.9 s). A hung worker took 20 s (graceful_timeout).
 STOP_SECONDS = 2.0
+#: The most a busy machine may stretch that to: still half the hang.
+BUSY_STOP_SECONDS = 10.0
+
+
+def stop_bound() -> float:
+    """Return the bound of a stop: 2 s, stretched by the machine's load beyond its cores
+    (the processes' own exits need CPU, which other work on the machine takes)."""
+    busy = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return min(BUSY_STOP_SECONDS, STOP_SECONDS * max(1.0, busy))
 
 
 def start_make_run(folder: Path) -> tuple[subprocess.Popen, Path, str]:
@@ -85,7 +96,7 @@ def stop_time(process: subprocess.Popen, send: int, whole_group: bool) -> float:
     else:
         process.send_signal(send)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(STOP_SECONDS + 3)
+        process.wait(BUSY_STOP_SECONDS + 3)
     took = time.monotonic() - started
     if process.poll() is None or group_alive(process.pid):
         os.killpg(process.pid, signal.SIGKILL)
@@ -102,22 +113,28 @@ def group_alive(group: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("send", "whole_group"),
+    ("send", "whole_group", "tries"),
     [
-        pytest.param(signal.SIGINT, True, id="ctrl-c-to-the-group"),
-        pytest.param(signal.SIGTERM, False, id="term-to-the-master"),
+        pytest.param(signal.SIGINT, True, TRIES, id="ctrl-c-to-the-group"),
+        pytest.param(signal.SIGTERM, False, TRIES, id="term-to-the-master"),
+        # systemd's stop (KillMode=control-group): TERM to every process of the unit at
+        # once; a worker's TERM handler only sets a flag, so fewer tries show it
+        pytest.param(signal.SIGTERM, True, 5, id="term-to-the-group"),
     ],
 )
-def test_every_stop_ends_within_two_seconds_and_blames_no_memory(tmp_path, send, whole_group):
-    for attempt in range(TRIES):
+def test_every_stop_ends_within_two_seconds_and_blames_no_memory(
+    tmp_path, send, whole_group, tries
+):
+    for attempt in range(tries):
         folder = tmp_path / str(attempt)
         folder.mkdir()
         process, log, url = start_make_run(folder)
         for _ in range(4):  # each worker has served, so its threads are running
             assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
+        bound = stop_bound()
         took = stop_time(process, send, whole_group)
         text = log.read_text()
-        assert took < STOP_SECONDS, f"stop {attempt} took {took:.1f} s:\n{text[-2000:]}"
+        assert took < bound, f"stop {attempt} took {took:.1f} s (< {bound:.1f}):\n{text[-2000:]}"
         assert process.returncode == 0, text[-2000:]
         assert "SIGKILL" not in text, text
         assert "out of memory" not in text.lower(), text
