@@ -72,7 +72,8 @@ def localise(etc: Path, port: int, backend_port: int) -> None:
     logs = etc.parent / "logs"
     logs.mkdir(exist_ok=True)
     temp_paths = "".join(
-        f"\t{kind}_temp_path {etc.parent}/{kind};\n" for kind in ("client_body", "proxy")
+        f"\t{kind}_temp_path {etc.parent}/{kind};\n"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
     replace_each(
         etc / "nginx.conf",
@@ -108,8 +109,8 @@ def nginx_command(etc: Path, *arguments: str) -> list[str]:
     binary = nginx_binary()
     assert binary is not None
     error_log = str(etc.parent / "logs" / "error.log")
-    return [binary, "-p", str(etc.parent), "-c", str(etc / "nginx.conf"), "-e", error_log,
-            *arguments]  # fmt: skip
+    # nginx's own prefix (Debian's), which a load_module line of modules-enabled/ is relative to
+    return [binary, "-c", str(etc / "nginx.conf"), "-e", error_log, *arguments]
 
 
 @pytest.fixture
