@@ -131,11 +131,14 @@ bench-scale: $(INSTALLED)  ## the scale group: 1,000,000 stored tokens against n
 	$(BIN)/python -m bench.run --only scale $(BENCH_ARGS)
 
 # The soak (docs/soak.md; needs nginx and redis-server): SOAK_SECONDS of load with faults on
-# each store in SOAK_STORES; the report and its chart go to bench/results/soak-<store>.*
+# each store in SOAK_STORES; the report and its chart go to SOAK_RESULTS/soak-<store>.*, a
+# folder git ignores: copy a run to bench/results/ and commit it to publish it.
 SOAK_SECONDS ?= 600
 SOAK_STORES ?= sqlite redis
+SOAK_RESULTS ?= bench/results/runs
 soak: $(INSTALLED)  ## load with faults through nginx, SOAK_SECONDS (600) on SQLite, then on Redis
-	$(BIN)/python -m tests.system.soak --seconds $(SOAK_SECONDS) $(foreach store,$(SOAK_STORES),--store $(store))
+	$(BIN)/python -m tests.system.soak --seconds $(SOAK_SECONDS) --results $(SOAK_RESULTS) \
+	  $(foreach store,$(SOAK_STORES),--store $(store))
 
 format: $(INSTALLED)  ## ruff: fix what it can, format
 	$(BIN)/ruff check --fix .

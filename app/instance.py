@@ -29,7 +29,7 @@ from app.config.settings import (
     Settings,
     SigningAlgorithm,
 )
-from app.config.store_url import parse_store_url, sqlite_url
+from app.config.store_url import parse_store_url, relative_path_hint, sqlite_url
 
 
 def prepare_instance(settings: Settings) -> Settings:
@@ -87,11 +87,14 @@ def check_private(name: str, status: os.stat_result, mode: str) -> None:
 def check_sqlite_path(path: str) -> None:
     """Refuse a SQLite location the workers could not open: no folder is created for it."""
     folder = os.path.dirname(os.path.abspath(path))
+    hint = relative_path_hint(path)
     if not os.path.isdir(folder):
         problem = "is not a folder" if os.path.exists(folder) else "does not exist"
-        raise ConfigError(f"TOKEN_STORE_URL: {folder} {problem}")
+        raise ConfigError(f"TOKEN_STORE_URL: {folder} {problem}{hint}")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"TOKEN_STORE_URL: the folder {folder} is not writable by this user")
+        raise ConfigError(
+            f"TOKEN_STORE_URL: the folder {folder} is not writable by this user{hint}"
+        )
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

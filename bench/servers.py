@@ -332,7 +332,8 @@ class Stack:
         service_port = service.url.rsplit(":", 1)[1] if service else str(free_port())
         conf = (DEPLOY / "token-service.conf").read_text()
         for old, new in [
-            ("listen 80;", f"listen 127.0.0.1:{free_port()};"),
+            ("listen 80 default_server;", f"listen 127.0.0.1:{free_port()};"),
+            ("    listen [::]:80 default_server;\n", ""),
             ("server 127.0.0.1:8080;", f"server 127.0.0.1:{service_port};"),
             ("/var/log/nginx/token-service.access.log", str(folder / "access.log")),
             ("/var/log/nginx/error.log", str(folder / "error.log")),

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from limits import RateLimitItem, parse_many
 
-from app.config.store_url import parse_store_url
+from app.config.store_url import parse_store_url, postgres_url_problem
 from app.config.usernames import MAX_USERNAME_LENGTH, token_username_problem
 
 T = TypeVar("T")
@@ -122,6 +122,9 @@ def postgres_url(name: str, value: str) -> str:
             " database, the query parameters, and that a password with / : @ % is"
             " percent-encoded"
         ) from None
+    problem = postgres_url_problem(parts)
+    if problem is not None:
+        raise ConfigError(f"{name} {problem}")
     return value
 
 

@@ -8,15 +8,17 @@ the generated signing secret or key are created here too, before the workers for
 and every signing key is loaded once to check it.
 """
 
+import errno
 import ipaddress
 import multiprocessing
 import os
 import shutil
+import socket
 import sys
 from typing import Any
 
 from app.auth.keys import settings_key_ring
-from app.compat.gunicorn import refuse_new_connections_when_stopping
+from app.compat.gunicorn import quit_at_once, refuse_new_connections_when_stopping
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.http.proxy import everyone_trusted_warning
@@ -73,8 +75,37 @@ control_socket_disable = True
 # each start, before any worker forks (and before anything imports prometheus_client),
 # and marks it as its own: the hooks below touch no other folder the variable may name.
 def on_starting(server: Any) -> None:
+    refuse_an_address_in_use(server)
     if settings.metrics:
         os.environ[FOLDER_VARIABLE] = fresh_multiprocess_folder(settings.instance_path)
+
+
+def refuse_an_address_in_use(server: Any) -> None:
+    """Stop at once, in one line, when the port gunicorn is about to bind is taken.
+
+    gunicorn would try five times, a second apart, logging two lines each time with no
+    hint. Only the addresses gunicorn binds itself are checked: not a socket handed over
+    by systemd (LISTEN_FDS), by a re-exec (USR2) or as a descriptor (fd://).
+    """
+    if server.LISTENERS or server.master_pid or os.environ.get("LISTEN_FDS"):
+        return
+    for address in server.cfg.address:
+        if not isinstance(address, tuple):  # a Unix socket or a descriptor
+            continue
+        host, port = address[0], address[1]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    continue  # gunicorn reports any other failure itself
+                named = "PORT" if port == settings.port else "gunicorn's bind port"
+                sys.exit(
+                    f"configuration error: {named} {port} is in use on {host} by another"
+                    " program (another `make run`?): stop it, or set PORT to a free port"
+                )
 
 
 def child_exit(server: Any, worker: Any) -> None:
@@ -89,6 +120,12 @@ def on_exit(server: Any) -> None:
     folder = own_multiprocess_folder()
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Ctrl-C stops every process at once, and the terminal's SIGINT reaches the master only
+# (app/compat/gunicorn.py says why the workers' own handling could hang for 20 s).
+def post_fork(server: Any, worker: Any) -> None:
+    quit_at_once(worker)
 
 
 # A stopping worker (TERM: gunicorn stopping, or the old workers of a HUP) refuses new

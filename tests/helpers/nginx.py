@@ -22,7 +22,8 @@ def site_config(
     """Return the shipped site config with this test's ports, log file and metrics network."""
     text = SITE.read_text()
     replacements = [
-        ("listen 80;", f"listen 127.0.0.1:{nginx_port};"),
+        ("listen 80 default_server;", f"listen 127.0.0.1:{nginx_port} default_server;"),
+        ("    listen [::]:80 default_server;\n", ""),  # the tests listen on 127.0.0.1 only
         ("server 127.0.0.1:8080;", f"server 127.0.0.1:{backend_port};"),
         ("/var/log/nginx/token-service.access.log", str(access_log)),
         ("/var/log/nginx/error.log", str(access_log.parent / "error.log")),

@@ -17,6 +17,7 @@ from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.instance import prepare_instance
 from tests.helpers.docs import marked_block
+from tests.helpers.env_file import read_with_shell
 from tests.helpers.oidc_harness import node_unavailable_reason, walk_login
 from tests.helpers.servers import free_port, stop_process, wait_until
 from tests.helpers.tools import ROOT, require_tool, which
@@ -142,9 +143,7 @@ def test_example_env_file_names_every_setting_and_parses(tmp_path):
     text = EXAMPLE_ENV.read_text()
     for setting in fields(Settings):
         assert re.search(rf"^#?{setting.metadata['env']}=", text, re.M), setting.metadata["env"]
-    values = dict(
-        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
-    )
+    values = read_with_shell(EXAMPLE_ENV)  # as `set -a; . file` reads it (quotes and all)
     assert values.pop("INSTANCE_PATH") == "/var/lib/token-service"  # not created by a test
     Settings.load({**values, "INSTANCE_PATH": str(tmp_path)})  # every value is one it starts with
 

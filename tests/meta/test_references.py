@@ -29,6 +29,7 @@ TRAILING = ".,:;'\"`)]"
 #: Paths that are made when the project is set up or run, never held by the repository.
 GENERATED = {
     "tests/system/oidc_provider/node_modules": "npm ci installs the provider's packages there",
+    "bench/results/runs": "make soak writes each run there, a folder git ignores",
 }
 #: A section of a page cited by its path and its heading: ``docs/stores.md, "Moving tokens"``.
 SECTION = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.md), \"([^\"]+)\"")

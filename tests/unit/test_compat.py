@@ -274,3 +274,42 @@ def test_the_stopping_hook_takes_the_queue_then_closes_the_listener():
     worker.alive = False
     worker.set_accept_enabled(False)
     assert calls[1:] == [("enabled", False), "accept", "accept", "accept", "close"]
+
+
+def test_workers_set_their_quit_handlers_from_the_instance_after_post_fork():
+    """quit_at_once replaces the worker's handle_quit and wraps init_signals on the
+    instance, in post_fork: gunicorn must call post_fork before init_process, and
+    init_signals must register self.handle_quit for SIGINT and SIGQUIT."""
+    from gunicorn.arbiter import Arbiter
+    from gunicorn.workers.base import Worker
+
+    spawn = inspect.getsource(Arbiter.spawn_worker)
+    assert spawn.index("self.cfg.post_fork(self, worker)") < spawn.index("worker.init_process()")
+    assert "self.init_signals()" in inspect.getsource(Worker.init_process)
+    handlers = inspect.getsource(Worker.init_signals)
+    assert "signal.signal(signal.SIGQUIT, self.handle_quit)" in handlers
+    assert "signal.signal(signal.SIGINT, self.handle_quit)" in handlers
+
+
+def test_a_quitting_worker_ignores_the_terminals_interrupt_and_exits_on_quit():
+    """In a child process: SIGINT is ignored once the handlers are set, SIGQUIT exits 0."""
+    script = (
+        "import os, signal, time\n"
+        "from app.compat.gunicorn import quit_at_once\n"
+        "class Worker:\n"
+        "    def init_signals(self):\n"
+        "        signal.signal(signal.SIGINT, lambda *a: os._exit(3))\n"
+        "        signal.signal(signal.SIGQUIT, self.handle_quit)\n"
+        "    def handle_quit(self, signum, frame):\n"
+        "        os._exit(4)\n"
+        "worker = Worker()\n"
+        "quit_at_once(worker)\n"
+        "worker.init_signals()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.2)\n"
+        "os.kill(os.getpid(), signal.SIGQUIT)\n"
+        "time.sleep(5)\n"
+        "os._exit(5)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=30, check=False)
+    assert result.returncode == 0

@@ -782,3 +782,118 @@ def test_a_postgres_password_with_a_bare_at_sign_is_refused_without_showing_it(h
 )
 def test_a_postgres_url_with_a_plain_host_is_accepted(url):
     assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url
+
+
+# --- PostgreSQL URLs that can never connect ----------------------------------------------
+
+#: A closed port: libpq refuses a bad option before it connects, and is refused after.
+CLOSED = "postgresql://tokens@127.0.0.1:1/tokens"
+
+
+def libpq_refuses_the_options(url: str) -> bool:
+    """Return whether libpq itself refuses ``url``'s options, before any connection."""
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=2).close()
+    except psycopg.OperationalError as error:
+        return "connection is bad" in str(error)  # "connection failed": it tried
+    return False
+
+
+#: The parameters that take one of a few words, and words libpq takes or refuses.
+CHOICE_PARAMETERS = ["sslmode", "gssencmode", "channel_binding", "target_session_attrs",
+                     "load_balance_hosts", "sslnegotiation"]  # fmt: skip
+NEAR_WORDS = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full", "any",
+              "read-write", "primary", "prefer-standby", "random", "direct", "postgres",
+              "REQUIRE", "Require", "", "requir", "verify_full", " require"]  # fmt: skip
+
+
+@given(
+    st.sampled_from(CHOICE_PARAMETERS),
+    st.one_of(
+        st.sampled_from(NEAR_WORDS),
+        st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
+    ),
+)
+def test_an_option_is_refused_at_start_exactly_when_libpq_refuses_it(name, value):
+    url = f"{CLOSED}?{name}={quote(value, safe='')}"
+    if name == "sslnegotiation":  # it needs an sslmode that insists on TLS
+        url += "&sslmode=require"
+    try:
+        Settings.load({"TOKEN_STORE_URL": url}, environ={})
+    except ConfigError as error:
+        refused, message = True, str(error)
+    else:
+        refused, message = False, ""
+    assert refused == libpq_refuses_the_options(url), message
+    if refused:
+        assert message.startswith(f"TOKEN_STORE_URL has {name}=")
+        assert "\n" not in message
+
+
+def test_direct_ssl_negotiation_without_an_sslmode_that_insists_on_tls_is_refused():
+    url = f"{CLOSED}?sslnegotiation=direct"
+    assert libpq_refuses_the_options(url)
+    with pytest.raises(ConfigError, match="sslnegotiation=direct, which needs sslmode=require"):
+        Settings.load({"TOKEN_STORE_URL": url}, environ={})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://db.internal:5432",
+        "postgresql://db.internal:5432/",
+        "postgresql://:secret@db.internal/",
+        "postgresql:///?host=/run/postgresql",
+        "postgres://db.internal?sslmode=require",
+    ],
+)
+def test_a_postgres_url_that_names_no_database_is_refused_in_one_line(url):
+    with pytest.raises(ConfigError) as raised:
+        Settings.load({"TOKEN_STORE_URL": url}, environ={})
+    assert str(raised.value) == (
+        "TOKEN_STORE_URL names no database: put its name after the host and port"
+        " (postgresql://token_service@db.internal:5432/token_service)"
+    )
+    assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://tokens@db.internal",  # libpq takes the user's name for the database's
+        "postgresql://db.internal/tokens?sslmode=verify-full&target_session_attrs=read-write",
+        "postgresql://db.internal/tokens?sslmode=require&sslnegotiation=direct",
+    ],
+)
+def test_a_postgres_url_that_can_connect_is_accepted(url):
+    assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url
+
+
+# --- a SQLite URL with three slashes for an absolute path ---------------------------------
+
+
+def test_a_sqlite_url_with_three_slashes_names_the_fourth_in_its_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a relative path starts: no var/ here
+    url = "sqlite:///var/lib/token-service/tokens.sqlite3"
+    settings = Settings.load(
+        {"INSTANCE_PATH": str(tmp_path / "instance"), "TOKEN_STORE_URL": url}, environ={}
+    )
+    with pytest.raises(ConfigError) as raised:
+        prepare_instance(settings)
+    assert str(raised.value) == (
+        f"TOKEN_STORE_URL: {tmp_path}/var/lib/token-service does not exist"
+        " (sqlite:///var/lib/token-service/tokens.sqlite3 is a path relative to the working"
+        " folder; an absolute path has four slashes:"
+        " sqlite:////var/lib/token-service/tokens.sqlite3)"
+    )
+
+
+@given(st.lists(st.from_regex(r"[a-z0-9_.-]{1,8}", fullmatch=True), min_size=1, max_size=4))
+def test_only_a_relative_sqlite_path_gets_the_four_slash_hint(segments):
+    from app.config.store_url import relative_path_hint
+
+    path = "/".join(segments)
+    assert f"sqlite:////{path}" in relative_path_hint(path)
+    assert relative_path_hint(f"/{path}") == ""

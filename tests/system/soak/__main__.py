@@ -20,7 +20,10 @@ from pathlib import Path
 from tests.system.soak import report
 from tests.system.soak.run import Options, soak
 
-RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
+#: Where each run's report goes: a folder git ignores, so a run leaves `git status`
+#: clean. A report is published on purpose, by copying it to bench/results/ and
+#: committing it (docs/soak.md).
+RUNS = Path(__file__).resolve().parents[3] / "bench" / "results" / "runs"
 FAULTS = ("kill", "hup", "keys", "store")
 
 
@@ -40,8 +43,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--results",
         type=Path,
-        default=RESULTS,
-        help="where soak-<store>.md and .png go (bench/results)",
+        default=RUNS,
+        help="where soak-<store>.md and .png go (bench/results/runs, which git ignores)",
     )
     parser.add_argument("--users", type=int, default=24, help="users, each its own address (24)")
     parser.add_argument("--rate", type=float, default=12.0, help="requests a second per user (12)")

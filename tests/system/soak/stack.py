@@ -186,7 +186,8 @@ def site_config(
         for number, port in enumerate(backend_ports, 1)
     )
     replacements = [
-        ("listen 80;", f"listen 127.0.0.1:{listen_port};"),
+        ("listen 80 default_server;", f"listen 127.0.0.1:{listen_port} default_server;"),
+        ("    listen [::]:80 default_server;\n", ""),  # 127.0.0.1 only
         ("/var/log/nginx/token-service.access.log", str(access_log)),
         ("server 127.0.0.1:8080;", "server 127.0.0.1:8080;"),  # counted here, replaced below
     ]
