@@ -797,7 +797,13 @@ def libpq_refuses_the_options(url: str) -> bool:
     try:
         psycopg.connect(url, connect_timeout=2).close()
     except psycopg.OperationalError as error:
-        return "connection is bad" in str(error)  # "connection failed": it tried
+        # "connection failed": it tried. "connection is bad" also says what this host
+        # lacks (gssencmode=require without a Kerberos credential cache), which another
+        # host may have: only a value libpq can never take counts.
+        message = str(error)
+        return message.startswith("connection is bad: ") and (
+            "invalid" in message or "may not be used with" in message
+        )
     return False
 
 
