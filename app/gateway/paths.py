@@ -18,7 +18,7 @@ from urllib.parse import unquote
 #: still changes after these is refused (no upstream decodes so often).
 MAX_DECODINGS = 3
 #: What the fast path needs absent: the path then reads only as itself (and lowercased).
-TRICKS = re.compile(r"[%\\;]|//|/\.")
+TRICKS = re.compile(r"[%\\;\x00-\x1f\x7f]|//|/\.")
 PARAMETERS = re.compile(r";[^/]*")
 ENCODED_SEPARATOR = re.compile(r"(%2[fF]|%5[cC])")
 SLASHES = re.compile(r"/{2,}")
