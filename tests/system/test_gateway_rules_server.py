@@ -1,6 +1,7 @@
-"""ACCESS_RULES_FILE under a real gunicorn: a start with a bad file refused in one line, and
-a changed file picked up by every worker, with no restart and across a HUP, while clients
-keep asking, with no failed request; a bad change is logged and the rules in force stay."""
+"""ACCESS_RULES_FILE under a real gunicorn: the documented curl example, a start with a bad
+file refused in one line, and a changed file picked up by every worker, with no restart
+and across a HUP, while clients keep asking, with no failed request; a bad change is
+logged and the rules in force stay."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import time
 import pytest
 import requests
 
+from tests.helpers.docs import marked_block
 from tests.helpers.servers import fresh, gunicorn_environment, wait_until
-from tests.helpers.tools import ROOT
+from tests.helpers.tools import ROOT, require_tool, which
+
+PAGE = ROOT / "docs" / "gateway.md"
 
 ADMIN_ONLY = '[[rules]]\npaths = ["/app/"]\nallow = "admin"\n'
 USERS_TOO = '[[rules]]\npaths = ["/app/"]\nallow = "user"\n'
@@ -72,6 +76,35 @@ def replace(path, text: str) -> None:
     temporary = path.with_suffix(".new")
     temporary.write_text(text)
     os.replace(temporary, path)
+
+
+@pytest.mark.gunicorn
+def test_the_documented_curl_example_answers_as_the_page_says(
+    gunicorn_server, signing_secret, tmp_path
+):
+    require_tool(bool(which("curl") and which("jq")), "curl and jq", "apt-get install curl jq")
+    page = PAGE.read_text()
+    rules = tmp_path / "rules.toml"
+    rules.write_text(page.split("## Access rules", 1)[1].split("```toml\n", 1)[1].split("```")[0])
+    server = gunicorn_server(
+        {
+            "SIGNING_SECRET": signing_secret,
+            "ACCESS_RULES_FILE": str(rules),
+            "TRUSTED_PROXIES": "127.0.0.1/32",
+            "OPEN_LOGIN": "true",
+        },
+        workers=1,
+    )
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", marked_block(page, "gateway-rules")],
+        env={"PATH": "/usr/bin:/bin", "BASE_URL": server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == ["403", "200", "403", "200"]
 
 
 @pytest.mark.gunicorn
