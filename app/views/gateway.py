@@ -13,6 +13,7 @@ store (a cookie token's deny-list entry is read). With AUTH_CHECK_CACHE_SECONDS,
 token's 200 tells nginx how long it may keep it (``X-Accel-Expires``). docs/gateway.md is
 the proxies' side.
 """
+
 from __future__ import annotations
 
 import functools
