@@ -55,7 +55,7 @@ def path_readings(uri: str) -> frozenset[str] | None:
         return frozenset((path, path.lower()))
     if len(path) > MAX_TRICKY_PATH_LENGTH:
         return None
-    spellings = set()
+    spellings: set[str] = set()
     for before in {path, PARAMETERS.sub("", path)}:
         decodings = _decodings(before)
         if decodings is None:
