@@ -5,6 +5,7 @@ their answers, the path tricks through each, and the verdict cache."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import pytest
@@ -197,6 +198,26 @@ def test_a_path_with_a_comma_of_its_own_passes(gate, tokens):
 
 def test_methods_sent_twice_are_each_judged(gate, tokens):
     assert nginx(gate, "GET, DELETE", "/app/items", tokens["user"]).status_code == 403
+
+
+def test_a_head_is_judged_as_the_get_it_is_answered_as_too(make_rules_app, rules_file, tokens):
+    rules_file.write_text(
+        '[[rules]]\nmethods = ["GET"]\nallow = "admin"\n[[rules]]\nallow = "user"\n'
+    )
+    gate = make_rules_app().test_client()
+    for ask in (nginx, forward_auth, envoy):
+        assert ask(gate, "HEAD", "/x", tokens["user"]).status_code == 403
+        assert ask(gate, "HEAD", "/x", tokens["admin"]).status_code == 200
+        assert ask(gate, "POST", "/x", tokens["user"]).status_code == 200
+
+
+def test_a_denial_by_a_rule_is_logged_with_its_reason(gate, tokens, capfd):
+    capfd.readouterr()
+    assert nginx(gate, "GET", "/closed/x", tokens["admin"]).status_code == 403
+    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line[:1] == "{"]
+    assert [line["reason"] for line in lines if line.get("path") == "/auth/check"] == [
+        "denied_by_rule"
+    ]
 
 
 def test_a_lower_case_method_is_judged_as_the_upper_case_one_too(gate, tokens):
