@@ -293,6 +293,14 @@ def test_envoy_reads_the_path_after_the_prefix_with_its_query(gate, tokens):
     assert gate.get("/auth/ext-authzadmin", headers=bearer(tokens["user"])).status_code == 404
 
 
+def test_envoy_reads_the_path_of_a_prefix_spelled_otherwise_too(gate, tokens):
+    # routed by the decoded path; the raw one then no longer starts with the prefix as written
+    response = gate.get("/auth/ext%2Dauthz/admin/x", headers=bearer(tokens["user"]))
+    assert response.status_code == 403
+    response = gate.get("/auth/ext%2Dauthz/app/x", headers=bearer(tokens["user"]))
+    assert response.status_code == 200
+
+
 def test_without_a_rules_file_envoy_passes_any_authenticated_user(client):
     token = login(client)["accessToken"]
     assert client.post("/auth/ext-authz/admin/x", headers=bearer(token)).status_code == 200
