@@ -10,6 +10,7 @@ import logging
 
 import pytest
 
+from tests.helpers.openapi import assert_documented, document_of
 from tests.helpers.tokens import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")
@@ -342,3 +343,31 @@ def test_a_changed_rules_file_is_judged_within_a_second(make_rules_app, rules_fi
     rules_file.write_text('[[rules]]\npaths = ["/closed/"]\nallow = "admin"\n')
     clock.advance(1.5)
     assert nginx(gate, "GET", "/closed/x", token).status_code == 200
+
+
+def test_every_answer_with_rules_is_the_documented_one(gate, tokens):
+    document = document_of(gate)
+    for ask, status, token, uri in [
+        (nginx, 200, "admin", "/admin/panel"),
+        (nginx, 200, None, "/public/x"),
+        (nginx, 401, None, "/app/x"),
+        (nginx, 403, "user", "/admin/panel"),
+        (forward_auth, 200, "user", "/app/x"),
+    ]:
+        response = ask(gate, "GET", uri, tokens[token] if token else None)
+        assert response.status_code == status
+        assert_documented(document, "get", "/auth/check", response)
+    response = gate.get("/auth/check?role=admin", headers=bearer(tokens["admin"]))
+    assert_documented(document, "get", "/auth/check", response)
+    for method, status, token, uri in [
+        ("post", 200, "user", "/app/x"),
+        ("delete", 403, "user", "/app/x"),
+        ("get", 401, None, "/app/x"),
+        ("put", 200, None, "/public/x"),
+    ]:
+        response = envoy(gate, method.upper(), uri, tokens[token] if token else None)
+        assert response.status_code == status
+        assert_documented(document, method, "/auth/ext-authz/{path}", response)
+    response = envoy(gate, "PATCH", "/", tokens["admin"])
+    assert response.status_code == 403  # no rule for /
+    assert_documented(document, "patch", "/auth/ext-authz/", response)
