@@ -9,8 +9,11 @@ import json
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers.openapi import assert_documented, document_of
+from tests.helpers.paths import SEGMENT, rewritten
 from tests.helpers.tokens import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")
@@ -371,3 +374,11 @@ def test_every_answer_with_rules_is_the_documented_one(gate, tokens):
     response = envoy(gate, "PATCH", "/", tokens["admin"])
     assert response.status_code == 403  # no rule for /
     assert_documented(document, "patch", "/auth/ext-authz/", response)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_rewriting_of_an_admin_path_passes_a_user_through_any_protocol(gate, tokens, data):
+    path = data.draw(rewritten("/admin/" + data.draw(SEGMENT)))
+    ask = data.draw(st.sampled_from([nginx, forward_auth, envoy]))
+    assert ask(gate, "GET", path, tokens["user"]).status_code == 403, path
