@@ -8,6 +8,7 @@ by their kid, never a secret or a private key. Passwords are read from standard 
 or a hidden prompt, never from the command line, and never shown. ``flask clients ...``
 registers OAuth clients; a client's secret is printed once, when it is made, and stored
 as a digest. ``flask config show`` prints the settings, every secret masked.
+``flask rules check`` tries the gateway's access rules on a request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from flask import Flask
 from app.cli.clients import clients
 from app.cli.config import config
 from app.cli.keys import keys
+from app.cli.rules import rules
 from app.cli.sessions import sessions
 from app.cli.tokens import tokens
 from app.cli.users import users
@@ -32,3 +34,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(clients)
     app.cli.add_command(sessions)
     app.cli.add_command(config)
+    app.cli.add_command(rules)
