@@ -1,0 +1,438 @@
+"""The shipped Caddyfile: Debian's caddy with deploy/caddy/Caddyfile in front of an upstream
+that echoes what it received, asking a real gunicorn of the service that judges each
+request by an ACCESS_RULES_FILE (docs/gateway.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import jwt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.auth.keys import load_key_ring
+from app.auth.tokens import issue_cookie_token
+from tests.helpers.gateway import (
+    ADMIN_SPELLINGS,
+    FORGED,
+    SERVICE_401,
+    SERVICE_403,
+    Echo,
+    admin_spellings,
+    get,
+    headers_of,
+)
+from tests.helpers.servers import (
+    Gunicorn,
+    base_environment,
+    free_port,
+    fresh,
+    stop_process,
+    wait_until,
+)
+from tests.helpers.tokens import bearer
+from tests.helpers.tools import ROOT, require_tool, which
+
+pytestmark = [pytest.mark.caddy, pytest.mark.gunicorn]
+
+# Until the service reads ACCESS_RULES_FILE and X-Forwarded-* (branch gateway-rules).
+needs_rules = pytest.mark.skipif(
+    "ACCESS_RULES_FILE" not in (ROOT / "app" / "config" / "settings.py").read_text(),
+    reason="the service reads no ACCESS_RULES_FILE yet",
+)
+
+CADDYFILE = ROOT / "deploy" / "caddy" / "Caddyfile"
+#: The names deploy/nginx/gateway-identity.conf clears: the Caddyfile strips them too.
+CLEARED = re.findall(
+    r'^proxy_set_header (\S+) "";$',
+    (ROOT / "deploy" / "nginx" / "gateway-identity.conf").read_text(),
+    re.M,
+)
+#: The rules the service judges by: one host for admins, a public folder, the admin
+#: pages (any path that begins with /admin), deleting for admins, the rest for users.
+RULES = """
+[[rules]]
+hosts = ["admin.example.com"]
+allow = "admin"
+
+[[rules]]
+paths = ["/public/"]
+allow = "public"
+
+[[rules]]
+paths = ["/admin"]
+allow = "admin"
+
+[[rules]]
+methods = ["DELETE"]
+allow = "admin"
+
+[[rules]]
+allow = "user"
+"""
+
+
+@dataclass
+class Caddy:
+    url: str
+    process: subprocess.Popen
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+def caddy_config(port: int, service_port: int, upstream_port: int) -> str:
+    """Return the shipped Caddyfile with this test's ports, on loopback, over plain HTTP,
+    and with no admin endpoint (two tests' Caddys would share its port)."""
+    text = CADDYFILE.read_text()
+    for old, new in [
+        ("app.example.com {", f"http://:{port} {{\n\tbind 127.0.0.1"),
+        ("forward_auth 127.0.0.1:8080 {", f"forward_auth 127.0.0.1:{service_port} {{"),
+        ("reverse_proxy 127.0.0.1:9000 {", f"reverse_proxy 127.0.0.1:{upstream_port} {{"),
+    ]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return "{\n\tadmin off\n}\n\n" + text
+
+
+def start_caddy(folder: Path, service_port: int, upstream_port: int) -> Caddy:
+    """Start Debian's caddy with the shipped Caddyfile; its state goes to ``folder``."""
+    binary = which("caddy")
+    require_tool(binary is not None, "caddy", "apt-get install caddy")
+    assert binary is not None
+    folder.mkdir()
+    port = free_port()
+    config = folder / "Caddyfile"
+    config.write_text(caddy_config(port, service_port, upstream_port))
+    env = {
+        **base_environment(),
+        "HOME": str(folder),
+        "XDG_CONFIG_HOME": str(folder / "config"),
+        "XDG_DATA_HOME": str(folder / "data"),
+    }
+    log = folder / "caddy.log"
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [binary, "run", "--config", str(config), "--adapter", "caddyfile"],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(log.read_text()[-2000:])
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(ready, 15, "caddy")
+    return Caddy(f"http://127.0.0.1:{port}", process)
+
+
+def service_environment(folder: Path, **settings: str) -> dict[str, str]:
+    rules = folder / "rules.toml"
+    rules.write_text(RULES)
+    return {
+        **base_environment(),
+        "INSTANCE_PATH": str(folder / "instance"),
+        "LOG_LEVEL": "INFO",
+        "TRUSTED_PROXIES": "127.0.0.1/32",  # Caddy, which names the original request
+        "OPEN_LOGIN": "true",
+        "ACCESS_RULES_FILE": str(rules),
+        **settings,
+    }
+
+
+@dataclass
+class Gateway:
+    url: str
+    echo: Echo
+    service: Gunicorn
+    secret: str
+
+    def login(self, username: str) -> str:
+        answer = fresh("POST", f"{self.service.url}/login", json={"username": username})
+        return answer.json()["accessToken"]
+
+    def mint(self, **claims: Any) -> str:
+        now = int(time.time())
+        full = {"username": "carol", "role": "user", "iat": now, "exp": now + 600, **claims}
+        return load_key_ring(self.secret).current.sign(full)
+
+    def cookie(self, user: dict[str, str]) -> str:
+        return issue_cookie_token(user, load_key_ring(self.secret), 60)
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[Echo]:
+    upstream = Echo()
+    yield upstream
+    upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
+    """Caddy with the shipped Caddyfile, before a gunicorn of the service with the rules
+    above that takes the cookie token too."""
+    folder = tmp_path_factory.mktemp("caddy-gateway")
+    secret = secrets.token_urlsafe(48)
+    env = service_environment(folder, SIGNING_SECRET=secret, AUTH_CHECK_COOKIE="on")
+    service = Gunicorn(env, 1, folder / "gunicorn.log").start()
+    try:
+        caddy = start_caddy(folder / "caddy", service.port, echo.port)
+        try:
+            yield Gateway(caddy.url, echo, service, secret)
+        finally:
+            caddy.stop()
+    finally:
+        service.stop()
+
+
+def passed(gateway: Gateway, path: str, headers: dict[str, str], **kwargs: Any) -> dict[str, Any]:
+    """Send a request that must pass; return what the upstream received."""
+    status, _, body = get(f"{gateway.url}{path}", headers, **kwargs)
+    assert status == 200, (path, status, body)
+    received = json.loads(body)
+    assert received["path"] == path
+    return received
+
+
+def assert_refused(gateway: Gateway, path: str, answer, expected) -> None:
+    status, headers, body = answer
+    assert (status, headers["Content-Type"], body) == expected, path
+    assert headers["Cache-Control"] == "no-store"
+    if status == 401:
+        assert headers.get_all("WWW-Authenticate") == ["Bearer"]
+    assert path not in gateway.echo.paths()  # the upstream never saw it
+
+
+# --- the answers ----------------------------------------------------------------------
+
+
+def test_no_token_is_the_services_401_with_its_body_and_challenge(gateway):
+    for path in ["/no-token", "/admin/no-token"]:
+        assert_refused(gateway, path, get(f"{gateway.url}{path}"), SERVICE_401)
+    path = "/bad-token"
+    assert_refused(gateway, path, get(gateway.url + path, bearer("x.y.z")), SERVICE_401)
+
+
+@needs_rules
+def test_a_user_on_an_admin_route_is_the_services_403(gateway):
+    user = bearer(gateway.login("alice"))
+    path = "/admin/user-token"
+    assert_refused(gateway, path, get(gateway.url + path, user), SERVICE_403)
+    path = "/reports-on-the-admin-host"  # a rule by host: Caddy names it in X-Forwarded-Host
+    answer = get(gateway.url + path, {**user, "Host": "admin.example.com"})
+    assert_refused(gateway, path, answer, SERVICE_403)
+    path = "/reports/1"  # a rule by method: Caddy names it in X-Forwarded-Method
+    assert_refused(gateway, path, get(gateway.url + path, user, method="DELETE"), SERVICE_403)
+
+
+@needs_rules
+def test_users_and_admins_reach_their_routes_and_the_upstream_sees_who(gateway):
+    alice = gateway.login("alice")
+    received = passed(gateway, "/reports?q=1", bearer(alice))
+    exp = str(jwt.decode(alice, options={"verify_signature": False})["exp"])
+    for name, value in [
+        ("X-Auth-Request-User", "alice"),
+        ("X-Auth-Request-Groups", "user"),
+        ("X-Auth-Request-Expires", exp),
+        ("Remote-User", "alice"),  # Authelia's names, the same values
+        ("Remote-Groups", "user"),
+    ]:
+        assert headers_of(received, name) == [value], name
+    # Fields a Bearer token lacks send no header (Caddy 2.6 would copy its placeholder).
+    for name in ["X-Auth-Request-Source", "X-Auth-Request-Name", "Remote-Name"]:
+        assert headers_of(received, name) == [], name
+    assert not any(value.startswith("{") for _, value in received["headers"])
+    assert headers_of(received, "Authorization") == []  # the client's token stays here
+    admin = bearer(gateway.login("admin"))
+    for path, host in [("/admin/settings", "gateway"), ("/reports", "admin.example.com")]:
+        received = passed(gateway, path, {**admin, "Host": host})
+        assert headers_of(received, "X-Auth-Request-User") == ["admin"], path
+        assert headers_of(received, "Remote-Groups") == ["admin"], path
+    assert passed(gateway, "/reports/2", admin, method="DELETE")["method"] == "DELETE"
+
+
+@needs_rules
+def test_a_public_route_passes_with_no_token_and_no_identity(gateway):
+    received = passed(gateway, "/public/logo.svg", {})
+    for name in ["X-Auth-Request-User", "X-Auth-Request-Groups", "Remote-User"]:
+        assert headers_of(received, name) == [], name
+
+
+def test_a_request_body_reaches_the_upstream_whole(gateway):
+    headers = {**bearer(gateway.login("bob")), "Content-Type": "application/x-www-form-urlencoded"}
+    received = passed(gateway, "/form", headers, method="POST", body=b"a=1&b=2")
+    assert (received["method"], received["body"]) == ("POST", "a=1&b=2")
+
+
+def spellings(name: str) -> list[str]:
+    """Return ``name`` as written, in capitals, in lower case, and with its case swapped."""
+    return [name, name.upper(), name.lower(), name.swapcase()]
+
+
+@needs_rules
+def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
+    token = bearer(gateway.login("bob"))
+    received = passed(gateway, "/spoofed", {**FORGED, **token})
+    for text in ["mallory", "forged", "99999999999"]:
+        assert text not in json.dumps(received), text
+    assert headers_of(received, "X-Auth-Request-User") == ["bob"]
+    assert headers_of(received, "Remote-Groups") == ["user"]
+    assert len(CLEARED) > 40
+    underscored = [
+        "X_Auth_Request_User",
+        "x_auth_request_groups",
+        "X-Auth_Request-User",
+        "Remote_User",
+        "X_Forwarded_User",
+    ]
+    for index in range(4):
+        forged = {spellings(name)[index]: f"mallory-{name}" for name in CLEARED + underscored}
+        received = passed(gateway, f"/cleared-{index}", {**forged, **token})
+        assert "mallory" not in json.dumps(received)
+    path = "/spoofed-no-token"  # and without a token they open nothing
+    assert_refused(gateway, path, get(gateway.url + path, FORGED), SERVICE_401)
+    path = "/admin/spoofed"
+    forged_admin = {**token, "X-Auth-Request-Groups": "admin", "Remote-Groups": "admin"}
+    assert_refused(gateway, path, get(gateway.url + path, forged_admin), SERVICE_403)
+
+
+def test_an_expired_token_is_401(gateway):
+    path = "/expired"
+    token = gateway.mint(exp=int(time.time()) - 1)
+    assert_refused(gateway, path, get(gateway.url + path, bearer(token)), SERVICE_401)
+    path = "/unknown-key"
+    token = load_key_ring(secrets.token_urlsafe(48)).current.sign(
+        {"username": "x", "role": "admin", "iat": int(time.time()), "exp": int(time.time()) + 60}
+    )
+    assert_refused(gateway, path, get(gateway.url + path, bearer(token)), SERVICE_401)
+    assert passed(gateway, "/minted", bearer(gateway.mint()))
+
+
+@needs_rules
+def test_the_cookie_token_passes_same_site_requests_and_caddy_names_the_method(gateway):
+    cookie = {"Cookie": f"jwt={gateway.cookie({'source': 'corp', 'id': '2482'})}"}
+    received = passed(gateway, "/browser", cookie)
+    assert headers_of(received, "X-Auth-Request-User") == ["corp:2482"]
+    assert headers_of(received, "X-Auth-Request-Source") == ["corp"]
+    assert headers_of(received, "Remote-Name") == []  # no display name in this token
+    path = "/browser-sibling-post"  # Caddy's check is a GET: X-Forwarded-Method says POST
+    sibling = {**cookie, "Sec-Fetch-Site": "same-site", "Origin": "https://other.example"}
+    assert_refused(gateway, path, get(gateway.url + path, sibling, method="POST"), SERVICE_401)
+    assert passed(gateway, "/browser-sibling-get", sibling)
+
+
+# --- the rule tricks ----------------------------------------------------------------
+
+
+def laxest_reading(path: str) -> str:
+    """Return ``path`` as the laxest upstream could route it: decoded three times, in lower
+    case, ``\\`` as ``/``, ``;`` parameters dropped, dot segments resolved, slashes merged."""
+    path = path.split("?", 1)[0]
+    for _ in range(3):
+        path = unquote(path)
+    segments: list[str] = []
+    for segment in path.replace("\\", "/").lower().split("/"):
+        segment = segment.split(";", 1)[0]
+        if segment == "..":
+            segments = segments[:-1]
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+#: Detours through the public folder, which needs no token, to the admin pages.
+PUBLIC_DETOURS = [
+    "/public/../admin/panel",
+    "/public/..;/admin/panel",
+    "/public/%2e%2e/admin/panel",
+    "/public%2f..%2fadmin/panel",
+    "/public/..%5cadmin/panel",
+    "/public/..\\admin/panel",
+    "/PUBLIC/../ADMIN/panel",
+    "/public//../../admin/panel",
+    "/public/%252e%252e/admin/panel",
+]
+
+
+def assert_not_in_the_admin_area(gateway: Gateway, path: str, headers: dict[str, str]) -> None:
+    """Send ``path`` as written: it never reaches the upstream's admin pages."""
+    before = len(gateway.echo.seen)
+    status, _, body = get(gateway.url + path, headers)
+    reached = gateway.echo.seen[before:]
+    if laxest_reading(path).startswith("/admin"):
+        assert 400 <= status < 500, (path, status, body)
+        assert reached == [], path
+    else:  # a path that leads elsewhere may pass, judged by the rule of where it leads
+        assert all(not laxest_reading(r["path"]).startswith("/admin") for r in reached), path
+
+
+@needs_rules
+def test_no_spelling_of_an_admin_path_lets_a_user_through(gateway):
+    user = bearer(gateway.mint())
+    for path in ["/ADMIN/panel", "/x/..;/admin/panel", "/admin;/panel", *ADMIN_SPELLINGS]:
+        assert_not_in_the_admin_area(gateway, path, user)
+
+
+@needs_rules
+def test_no_detour_through_the_public_folder_opens_the_admin_pages(gateway):
+    for path in PUBLIC_DETOURS:
+        assert laxest_reading(path) == "/admin/panel", path
+        assert_not_in_the_admin_area(gateway, path, {})
+        assert_not_in_the_admin_area(gateway, path, bearer(gateway.mint()))
+
+
+@needs_rules
+@settings(max_examples=100, deadline=None)
+@given(path=admin_spellings(), lead=st.sampled_from(["", "/public/..", "/public/%2e%2e"]))
+def test_a_user_never_reaches_the_admin_pages_by_any_spelling(gateway, path, lead):
+    assert_not_in_the_admin_area(gateway, lead + path, bearer(gateway.mint()))
+
+
+# --- the service stopped --------------------------------------------------------------
+
+
+@pytest.mark.store("sqlite")
+def test_the_token_service_stopped_is_a_json_503_never_a_pass(gunicorn_server, echo, tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    service = gunicorn_server(
+        {
+            "TRUSTED_PROXIES": "127.0.0.1/32",
+            "OPEN_LOGIN": "true",
+            "ACCESS_RULES_FILE": str(rules),
+        },
+        workers=1,
+    )
+    caddy = start_caddy(tmp_path / "caddy", service.port, echo.port)
+    try:
+        token = fresh("POST", f"{service.url}/login", json={"username": "erin"}).json()
+        user = bearer(token["accessToken"])
+        assert get(f"{caddy.url}/before-stop", user)[0] == 200
+        service.stop()
+        for path, headers in [("/stopped", user), ("/stopped-none", {}), ("/public/x", {})]:
+            status, answer, body = get(caddy.url + path, headers)
+            assert (status, answer["Content-Type"]) == (503, "application/json"), path
+            assert json.loads(body) == {"message": "authentication unavailable, try again shortly"}
+            assert answer["Retry-After"] == "1"
+            assert answer["X-Content-Type-Options"] == "nosniff"
+            assert answer["Cache-Control"] == "no-store"
+            assert path not in echo.paths()
+    finally:
+        caddy.stop()
