@@ -8,7 +8,6 @@ import os
 import re
 import secrets
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ from urllib.parse import unquote
 
 import jwt
 import pytest
-import requests
 from hypothesis import given, settings
 
 from app.auth.keys import load_key_ring
@@ -35,20 +33,15 @@ from tests.helpers.gateway import (
     get,
     headers_of,
 )
-from tests.helpers.nginx import nginx_binary, site_config
-from tests.helpers.servers import Gunicorn, free_port, fresh, stop_process, wait_until
+from tests.helpers.nginx import SNIPPETS, VERDICTS, Nginx, start_gateway_nginx
+from tests.helpers.servers import Gunicorn, fresh, wait_until
 from tests.helpers.tokens import bearer
-from tests.helpers.tools import ROOT, require_tool
+from tests.helpers.tools import ROOT
 
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
 
 DEPLOY = ROOT / "deploy" / "nginx"
 EXAMPLE = DEPLOY / "gateway-example.conf"
-SNIPPETS = "/etc/nginx/snippets/token-service/"
-VERDICTS = "/run/token-service-verdicts"
-#: nginx's workers write the verdict cache in the test's folder, which only its owner may
-#: enter: as root, they run as root too (the directive is ignored otherwise).
-USER = "user root;\n" if os.geteuid() == 0 else ""
 #: Locations only the tests add, each a mistake an operator could make with the snippets.
 MISTAKES = f"""
     location /typo/ {{
@@ -72,17 +65,6 @@ CLEARED = re.findall(r'^proxy_set_header (\S+) "";$', IDENTITY.read_text(), re.M
 
 
 # --- nginx with the shipped snippets ------------------------------------------------
-
-
-@dataclass
-class Nginx:
-    url: str
-    port: int
-    process: subprocess.Popen
-    prefix: Path
-
-    def stop(self) -> None:
-        stop_process(self.process)
 
 
 def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
@@ -124,43 +106,9 @@ def listed_headers_location() -> str:
 def start_nginx(prefix: Path, service_port: int, upstream_port: int, http: str = "") -> Nginx:
     """Start nginx with token-service.conf (its upstream), the gateway example, and the
     directives ``http`` at the http level."""
-    binary = nginx_binary()
-    require_tool(binary is not None, "nginx", "apt-get install nginx")
-    prefix.mkdir()
-    port = free_port()
-    (prefix / "site.conf").write_text(
-        site_config(free_port(), service_port, prefix / "service-access.log")
+    return start_gateway_nginx(
+        prefix, service_port, lambda port: gateway_site(port, upstream_port, prefix), http
     )
-    (prefix / "gateway.conf").write_text(gateway_site(port, upstream_port, prefix))
-    temp_paths = "\n".join(
-        f"{kind}_temp_path {prefix}/{kind};"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    (prefix / "nginx.conf").write_text(
-        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
-        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
-        f"http {{\n{temp_paths}\naccess_log off;\n{http}\ninclude {prefix}/site.conf;\n"
-        f"include {prefix}/gateway.conf;\n}}\n"
-    )
-    error_log = prefix / "error.log"
-    process = subprocess.Popen(
-        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(error_log)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(error_log.read_text())
-        try:
-            requests.get(f"{url}/_ready", timeout=3)
-            return True
-        except requests.RequestException:
-            return False
-
-    wait_until(ready, 15, "nginx")
-    return Nginx(url, port, process, prefix)
 
 
 def service_environment(instance: Path, **settings: str) -> dict[str, str]:

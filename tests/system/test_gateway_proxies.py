@@ -1,19 +1,18 @@
-"""The shipped Caddyfile: Debian's caddy with deploy/caddy/Caddyfile in front of an upstream
-that echoes what it received, asking a real gunicorn of the service that judges each
-request by an ACCESS_RULES_FILE (docs/gateway.md)."""
+"""The issue's list through every proxy that runs here: a real nginx with
+deploy/nginx/gateway-rules-example.conf and Debian's caddy with deploy/caddy/Caddyfile,
+each in front of an upstream that echoes what it received, asking one real gunicorn of the
+service that judges each request by an ACCESS_RULES_FILE (docs/gateway.md)."""
 
 from __future__ import annotations
 
 import json
 import re
 import secrets
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import jwt
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
+from tests.helpers.caddy import start_caddy
 from tests.helpers.gateway import (
     ADMIN_SPELLINGS,
     FORGED,
@@ -33,18 +33,12 @@ from tests.helpers.gateway import (
     get,
     headers_of,
 )
-from tests.helpers.servers import (
-    Gunicorn,
-    base_environment,
-    free_port,
-    fresh,
-    stop_process,
-    wait_until,
-)
+from tests.helpers.nginx import SNIPPETS, VERDICTS, start_gateway_nginx
+from tests.helpers.servers import Gunicorn, base_environment, fresh
 from tests.helpers.tokens import bearer
-from tests.helpers.tools import ROOT, require_tool, which
+from tests.helpers.tools import ROOT
 
-pytestmark = [pytest.mark.caddy, pytest.mark.gunicorn]
+pytestmark = [pytest.mark.nginx, pytest.mark.caddy, pytest.mark.gunicorn]
 
 # Until the service reads ACCESS_RULES_FILE and X-Forwarded-* (branch gateway-rules).
 needs_rules = pytest.mark.skipif(
@@ -52,12 +46,11 @@ needs_rules = pytest.mark.skipif(
     reason="the service reads no ACCESS_RULES_FILE yet",
 )
 
-CADDYFILE = ROOT / "deploy" / "caddy" / "Caddyfile"
+DEPLOY = ROOT / "deploy" / "nginx"
+RULES_EXAMPLE = DEPLOY / "gateway-rules-example.conf"
 #: The names deploy/nginx/gateway-identity.conf clears: the Caddyfile strips them too.
 CLEARED = re.findall(
-    r'^proxy_set_header (\S+) "";$',
-    (ROOT / "deploy" / "nginx" / "gateway-identity.conf").read_text(),
-    re.M,
+    r'^proxy_set_header (\S+) "";$', (DEPLOY / "gateway-identity.conf").read_text(), re.M
 )
 #: The rules the service judges by: one host for admins, a public folder, the admin
 #: pages (any path that begins with /admin), deleting for admins, the rest for users.
@@ -81,91 +74,55 @@ allow = "admin"
 [[rules]]
 allow = "user"
 """
+PROXIES = ["nginx", "caddy"]
 
 
-@dataclass
-class Caddy:
+class Proxy(Protocol):
     url: str
-    process: subprocess.Popen
 
-    def stop(self) -> None:
-        stop_process(self.process)
+    def stop(self) -> None: ...
 
 
-def caddy_config(port: int, service_port: int, upstream_port: int) -> str:
-    """Return the shipped Caddyfile with this test's ports, on loopback, over plain HTTP,
-    and with no admin endpoint (two tests' Caddys would share its port)."""
-    text = CADDYFILE.read_text()
+def nginx_rules_site(port: int, upstream_port: int, prefix: Path) -> str:
+    """Return gateway-rules-example.conf with this test's ports and the snippets where they
+    are in the checkout."""
+    text = RULES_EXAMPLE.read_text()
     for old, new in [
-        ("app.example.com {", f"http://:{port} {{\n\tbind 127.0.0.1"),
-        ("forward_auth 127.0.0.1:8080 {", f"forward_auth 127.0.0.1:{service_port} {{"),
-        ("reverse_proxy 127.0.0.1:9000 {", f"reverse_proxy 127.0.0.1:{upstream_port} {{"),
+        ("listen 8081;", f"listen 127.0.0.1:{port};"),
+        ("server 127.0.0.1:9000;", f"server 127.0.0.1:{upstream_port};"),
     ]:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
-    return "{\n\tadmin off\n}\n\n" + text
+    assert text.count(f"include {SNIPPETS}") == 2
+    text = text.replace(SNIPPETS, f"{DEPLOY}/")
+    assert text.count(VERDICTS) == 1
+    return text.replace(VERDICTS, str(prefix / "verdicts"))
 
 
-def start_caddy(folder: Path, service_port: int, upstream_port: int) -> Caddy:
-    """Start Debian's caddy with the shipped Caddyfile; its state goes to ``folder``."""
-    binary = which("caddy")
-    require_tool(binary is not None, "caddy", "apt-get install caddy")
-    assert binary is not None
-    folder.mkdir()
-    port = free_port()
-    config = folder / "Caddyfile"
-    config.write_text(caddy_config(port, service_port, upstream_port))
-    env = {
-        **base_environment(),
-        "HOME": str(folder),
-        "XDG_CONFIG_HOME": str(folder / "config"),
-        "XDG_DATA_HOME": str(folder / "data"),
-    }
-    log = folder / "caddy.log"
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [binary, "run", "--config", str(config), "--adapter", "caddyfile"],
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+def start_proxy(kind: str, folder: Path, service_port: int, upstream_port: int) -> Proxy:
+    """Start the proxy ``kind`` with its shipped config, before the service and the upstream."""
+    if kind == "caddy":
+        return start_caddy(folder, service_port, upstream_port)
 
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(log.read_text()[-2000:])
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            return False
+    def site(port: int) -> str:
+        return nginx_rules_site(port, upstream_port, folder)
 
-    wait_until(ready, 15, "caddy")
-    return Caddy(f"http://127.0.0.1:{port}", process)
+    return start_gateway_nginx(folder, service_port, site)
 
 
-def service_environment(folder: Path, **settings: str) -> dict[str, str]:
+def rules_file(folder: Path) -> Path:
     rules = folder / "rules.toml"
     rules.write_text(RULES)
-    return {
-        **base_environment(),
-        "INSTANCE_PATH": str(folder / "instance"),
-        "LOG_LEVEL": "INFO",
-        "TRUSTED_PROXIES": "127.0.0.1/32",  # Caddy, which names the original request
-        "OPEN_LOGIN": "true",
-        "ACCESS_RULES_FILE": str(rules),
-        **settings,
-    }
+    return rules
 
 
 @dataclass
-class Gateway:
-    url: str
-    echo: Echo
-    service: Gunicorn
+class Service:
+    server: Gunicorn
     secret: str
 
     def login(self, username: str) -> str:
-        answer = fresh("POST", f"{self.service.url}/login", json={"username": username})
+        answer = fresh("POST", f"{self.server.url}/login", json={"username": username})
         return answer.json()["accessToken"]
 
     def mint(self, **claims: Any) -> str:
@@ -177,6 +134,14 @@ class Gateway:
         return issue_cookie_token(user, load_key_ring(self.secret), 60)
 
 
+@dataclass
+class Gateway:
+    kind: str
+    url: str
+    echo: Echo
+    service: Service
+
+
 @pytest.fixture(scope="module")
 def echo() -> Iterator[Echo]:
     upstream = Echo()
@@ -185,21 +150,34 @@ def echo() -> Iterator[Echo]:
 
 
 @pytest.fixture(scope="module")
-def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
-    """Caddy with the shipped Caddyfile, before a gunicorn of the service with the rules
-    above that takes the cookie token too."""
-    folder = tmp_path_factory.mktemp("caddy-gateway")
+def service(tmp_path_factory) -> Iterator[Service]:
+    """One gunicorn of the service for both proxies: it judges by the rules above, believes
+    the proxies (loopback), takes the cookie token too and lets nginx keep its verdicts."""
+    folder = tmp_path_factory.mktemp("gateway-service")
     secret = secrets.token_urlsafe(48)
-    env = service_environment(folder, SIGNING_SECRET=secret, AUTH_CHECK_COOKIE="on")
-    service = Gunicorn(env, 1, folder / "gunicorn.log").start()
-    try:
-        caddy = start_caddy(folder / "caddy", service.port, echo.port)
-        try:
-            yield Gateway(caddy.url, echo, service, secret)
-        finally:
-            caddy.stop()
-    finally:
-        service.stop()
+    env = {
+        **base_environment(),
+        "INSTANCE_PATH": str(folder / "instance"),
+        "LOG_LEVEL": "INFO",
+        "TRUSTED_PROXIES": "127.0.0.1/32",  # the proxies, which name the original request
+        "OPEN_LOGIN": "true",
+        "ACCESS_RULES_FILE": str(rules_file(folder)),
+        "SIGNING_SECRET": secret,
+        "AUTH_CHECK_COOKIE": "on",
+        "AUTH_CHECK_CACHE_SECONDS": "30",
+    }
+    server = Gunicorn(env, 1, folder / "gunicorn.log").start()
+    yield Service(server, secret)
+    server.stop()
+
+
+@pytest.fixture(scope="module", params=PROXIES)
+def gateway(request, service, echo, tmp_path_factory) -> Iterator[Gateway]:
+    """The proxy of the test's parameter with its shipped config, before the service."""
+    folder = tmp_path_factory.mktemp(request.param) / request.param
+    proxy = start_proxy(request.param, folder, service.server.port, echo.port)
+    yield Gateway(request.param, proxy.url, echo, service)
+    proxy.stop()
 
 
 def passed(gateway: Gateway, path: str, headers: dict[str, str], **kwargs: Any) -> dict[str, Any]:
@@ -232,19 +210,19 @@ def test_no_token_is_the_services_401_with_its_body_and_challenge(gateway):
 
 @needs_rules
 def test_a_user_on_an_admin_route_is_the_services_403(gateway):
-    user = bearer(gateway.login("alice"))
+    user = bearer(gateway.service.login("alice"))
     path = "/admin/user-token"
     assert_refused(gateway, path, get(gateway.url + path, user), SERVICE_403)
-    path = "/reports-on-the-admin-host"  # a rule by host: Caddy names it in X-Forwarded-Host
+    path = "/reports-on-the-admin-host"  # a rule by host
     answer = get(gateway.url + path, {**user, "Host": "admin.example.com"})
     assert_refused(gateway, path, answer, SERVICE_403)
-    path = "/reports/1"  # a rule by method: Caddy names it in X-Forwarded-Method
+    path = "/reports/1"  # a rule by method: the proxy names it
     assert_refused(gateway, path, get(gateway.url + path, user, method="DELETE"), SERVICE_403)
 
 
 @needs_rules
 def test_users_and_admins_reach_their_routes_and_the_upstream_sees_who(gateway):
-    alice = gateway.login("alice")
+    alice = gateway.service.login("alice")
     received = passed(gateway, "/reports?q=1", bearer(alice))
     exp = str(jwt.decode(alice, options={"verify_signature": False})["exp"])
     for name, value in [
@@ -260,7 +238,7 @@ def test_users_and_admins_reach_their_routes_and_the_upstream_sees_who(gateway):
         assert headers_of(received, name) == [], name
     assert not any(value.startswith("{") for _, value in received["headers"])
     assert headers_of(received, "Authorization") == []  # the client's token stays here
-    admin = bearer(gateway.login("admin"))
+    admin = bearer(gateway.service.login("admin"))
     for path, host in [("/admin/settings", "gateway"), ("/reports", "admin.example.com")]:
         received = passed(gateway, path, {**admin, "Host": host})
         assert headers_of(received, "X-Auth-Request-User") == ["admin"], path
@@ -276,7 +254,10 @@ def test_a_public_route_passes_with_no_token_and_no_identity(gateway):
 
 
 def test_a_request_body_reaches_the_upstream_whole(gateway):
-    headers = {**bearer(gateway.login("bob")), "Content-Type": "application/x-www-form-urlencoded"}
+    headers = {
+        **bearer(gateway.service.login("bob")),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
     received = passed(gateway, "/form", headers, method="POST", body=b"a=1&b=2")
     assert (received["method"], received["body"]) == ("POST", "a=1&b=2")
 
@@ -288,7 +269,7 @@ def spellings(name: str) -> list[str]:
 
 @needs_rules
 def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
-    token = bearer(gateway.login("bob"))
+    token = bearer(gateway.service.login("bob"))
     received = passed(gateway, "/spoofed", {**FORGED, **token})
     for text in ["mallory", "forged", "99999999999"]:
         assert text not in json.dumps(received), text
@@ -315,24 +296,24 @@ def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
 
 def test_an_expired_token_is_401(gateway):
     path = "/expired"
-    token = gateway.mint(exp=int(time.time()) - 1)
+    token = gateway.service.mint(exp=int(time.time()) - 1)
     assert_refused(gateway, path, get(gateway.url + path, bearer(token)), SERVICE_401)
     path = "/unknown-key"
     token = load_key_ring(secrets.token_urlsafe(48)).current.sign(
         {"username": "x", "role": "admin", "iat": int(time.time()), "exp": int(time.time()) + 60}
     )
     assert_refused(gateway, path, get(gateway.url + path, bearer(token)), SERVICE_401)
-    assert passed(gateway, "/minted", bearer(gateway.mint()))
+    assert passed(gateway, "/minted", bearer(gateway.service.mint()))
 
 
 @needs_rules
-def test_the_cookie_token_passes_same_site_requests_and_caddy_names_the_method(gateway):
-    cookie = {"Cookie": f"jwt={gateway.cookie({'source': 'corp', 'id': '2482'})}"}
+def test_the_cookie_token_passes_same_site_requests_and_the_proxy_names_the_method(gateway):
+    cookie = {"Cookie": f"jwt={gateway.service.cookie({'source': 'corp', 'id': '2482'})}"}
     received = passed(gateway, "/browser", cookie)
     assert headers_of(received, "X-Auth-Request-User") == ["corp:2482"]
     assert headers_of(received, "X-Auth-Request-Source") == ["corp"]
     assert headers_of(received, "Remote-Name") == []  # no display name in this token
-    path = "/browser-sibling-post"  # Caddy's check is a GET: X-Forwarded-Method says POST
+    path = "/browser-sibling-post"  # the check is a GET: the proxy names the POST
     sibling = {**cookie, "Sec-Fetch-Site": "same-site", "Origin": "https://other.example"}
     assert_refused(gateway, path, get(gateway.url + path, sibling, method="POST"), SERVICE_401)
     assert passed(gateway, "/browser-sibling-get", sibling)
@@ -385,7 +366,7 @@ def assert_not_in_the_admin_area(gateway: Gateway, path: str, headers: dict[str,
 
 @needs_rules
 def test_no_spelling_of_an_admin_path_lets_a_user_through(gateway):
-    user = bearer(gateway.mint())
+    user = bearer(gateway.service.mint())
     for path in ["/ADMIN/panel", "/x/..;/admin/panel", "/admin;/panel", *ADMIN_SPELLINGS]:
         assert_not_in_the_admin_area(gateway, path, user)
 
@@ -395,39 +376,38 @@ def test_no_detour_through_the_public_folder_opens_the_admin_pages(gateway):
     for path in PUBLIC_DETOURS:
         assert laxest_reading(path) == "/admin/panel", path
         assert_not_in_the_admin_area(gateway, path, {})
-        assert_not_in_the_admin_area(gateway, path, bearer(gateway.mint()))
+        assert_not_in_the_admin_area(gateway, path, bearer(gateway.service.mint()))
 
 
 @needs_rules
 @settings(max_examples=100, deadline=None)
 @given(path=admin_spellings(), lead=st.sampled_from(["", "/public/..", "/public/%2e%2e"]))
 def test_a_user_never_reaches_the_admin_pages_by_any_spelling(gateway, path, lead):
-    assert_not_in_the_admin_area(gateway, lead + path, bearer(gateway.mint()))
+    assert_not_in_the_admin_area(gateway, lead + path, bearer(gateway.service.mint()))
 
 
 # --- the service stopped --------------------------------------------------------------
 
 
 @pytest.mark.store("sqlite")
-def test_the_token_service_stopped_is_a_json_503_never_a_pass(gunicorn_server, echo, tmp_path):
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES)
-    service = gunicorn_server(
-        {
-            "TRUSTED_PROXIES": "127.0.0.1/32",
-            "OPEN_LOGIN": "true",
-            "ACCESS_RULES_FILE": str(rules),
-        },
-        workers=1,
-    )
-    caddy = start_caddy(tmp_path / "caddy", service.port, echo.port)
+@pytest.mark.parametrize("kind", PROXIES)
+def test_the_token_service_stopped_is_a_json_503_never_a_pass(
+    kind, gunicorn_server, echo, tmp_path
+):
+    settings = {
+        "TRUSTED_PROXIES": "127.0.0.1/32",
+        "OPEN_LOGIN": "true",
+        "ACCESS_RULES_FILE": str(rules_file(tmp_path)),
+    }
+    service = gunicorn_server(settings, workers=1)
+    proxy = start_proxy(kind, tmp_path / kind, service.port, echo.port)
     try:
         token = fresh("POST", f"{service.url}/login", json={"username": "erin"}).json()
         user = bearer(token["accessToken"])
-        assert get(f"{caddy.url}/before-stop", user)[0] == 200
+        assert get(f"{proxy.url}/before-stop-{kind}", user)[0] == 200
         service.stop()
         for path, headers in [("/stopped", user), ("/stopped-none", {}), ("/public/x", {})]:
-            status, answer, body = get(caddy.url + path, headers)
+            status, answer, body = get(proxy.url + path, headers)
             assert (status, answer["Content-Type"]) == (503, "application/json"), path
             assert json.loads(body) == {"message": "authentication unavailable, try again shortly"}
             assert answer["Retry-After"] == "1"
@@ -435,4 +415,4 @@ def test_the_token_service_stopped_is_a_json_503_never_a_pass(gunicorn_server, e
             assert answer["Cache-Control"] == "no-store"
             assert path not in echo.paths()
     finally:
-        caddy.stop()
+        proxy.stop()
