@@ -22,6 +22,7 @@ from app.cli import register_commands
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import MAX_BODY_BYTES, Settings
 from app.extensions import (
+    ACCESS_RULES,
     CLOCK,
     EXPECTED_CLAIMS,
     KEY_RING,
@@ -29,6 +30,7 @@ from app.extensions import (
     clock_of,
     metrics_of,
 )
+from app.gateway.rules import AccessRulesFile
 from app.http.errors import register_error_handlers
 from app.http.proxy import wrap_forwarded_headers
 from app.http.request_log import RequestLog
@@ -55,6 +57,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None =
     init_sessions(app, settings)
     init_rate_limit(app, settings)
     init_user_directory(app, settings)
+    init_access_rules(app, settings)
     init_metrics(app, settings)
     init_request_log(app, settings)
     init_proxy_headers(app, settings)
@@ -98,6 +101,21 @@ def init_user_directory(app: Flask, settings: Settings) -> None:
             settings.users_file, clock=clock_of(app), on_change=log_out_changed_users(app)
         )
     app.extensions[USER_DIRECTORY] = directory
+
+
+def init_access_rules(app: Flask, settings: Settings) -> None:
+    """Attach the gateway's rules of ACCESS_RULES_FILE to ``app``, or None when it is unset;
+    a changed file is read again within a second, and a bad one logged and not used."""
+    rules = None
+    if settings.access_rules_file is not None:
+        rules = AccessRulesFile(
+            settings.access_rules_file,
+            monotonic=clock_of(app).monotonic,
+            on_error=lambda problem: app.logger.error(
+                "%s: the rules in force stay until the file is fixed", problem
+            ),
+        )
+    app.extensions[ACCESS_RULES] = rules
 
 
 def init_request_log(app: Flask, settings: Settings) -> None:

@@ -48,6 +48,8 @@ class Reason(StrEnum):
     EXPIRED = "expired"
     #: 403: a valid token of a role the endpoint does not admit.
     WRONG_ROLE = "wrong_role"
+    #: 403 at the gateway: a rule of ACCESS_RULES_FILE denies (or none matches).
+    DENIED_BY_RULE = "denied_by_rule"
     #: POST /token 401.
     UNKNOWN_REFRESH_TOKEN = "unknown_refresh_token"
     ANOTHER_USERS_TOKEN = "another_users_token"

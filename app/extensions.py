@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from app.auth.users import UserDirectory
     from app.backends.interface import Backend, RefreshTokenStore
     from app.config.settings import Settings
+    from app.gateway.rules import AccessRulesFile
     from app.limits.address import RateLimiter
     from app.limits.login_failures import LoginFailureLimit
     from app.oauth.clients import ClientRegistry
@@ -47,6 +48,8 @@ METRICS = "metrics"
 LOGIN_FLOW = "third_party_login"
 #: Each worker's copy of the users' cut-offs (app/sessions/cutoffs.py).
 CUTOFFS = "session_cutoffs"
+#: The gateway's rules of ACCESS_RULES_FILE, or None (app/gateway/rules.py).
+ACCESS_RULES = "access_rules"
 #: The OpenAPI document's JSON, built on its first request.
 OPENAPI_JSON = "openapi_json"
 
@@ -144,3 +147,9 @@ def metrics_of(app: Flask) -> Metrics | None:
     """Return the metrics of ``app``, or None when METRICS is off."""
     metrics: Metrics | None = app.extensions.get(METRICS)
     return metrics
+
+
+def get_access_rules() -> AccessRulesFile | None:
+    """Return the current app's gateway rules, or None without ACCESS_RULES_FILE."""
+    rules: AccessRulesFile | None = current_app.extensions[ACCESS_RULES]
+    return rules

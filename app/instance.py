@@ -30,6 +30,7 @@ from app.config.settings import (
     SigningAlgorithm,
 )
 from app.config.store_url import parse_store_url, sqlite_url
+from app.gateway.rules import RulesFileError, read_rules_file
 
 
 def prepare_instance(settings: Settings) -> Settings:
@@ -47,6 +48,8 @@ def prepare_instance(settings: Settings) -> Settings:
         key_file = load_or_create_key_file(instance_path, settings.signing_algorithm)
     if settings.users_file is not None:
         check_users_file(settings.users_file)
+    if settings.access_rules_file is not None:
+        check_access_rules_file(settings.access_rules_file)
     return dataclasses.replace(
         settings,
         token_store_url=store_url,
@@ -116,6 +119,14 @@ def check_users_file(path: str) -> None:
         return  # `flask users add` creates it; until then every login is refused
     except UsersFileError as error:
         raise ConfigError(f"USERS_FILE {error}") from None
+
+
+def check_access_rules_file(path: str) -> None:
+    """Refuse a rules file that is missing or wrong, in one line naming the rule."""
+    try:
+        read_rules_file(path)
+    except RulesFileError as error:
+        raise ConfigError(str(error)) from None
 
 
 def load_or_create_secret(instance_path: str) -> str:

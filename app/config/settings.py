@@ -196,6 +196,8 @@ class Settings:
     auth_check_cookie: bool = setting("AUTH_CHECK_COOKIE", parse.boolean, False)
     #: Seconds nginx may keep a Bearer token's 200 from GET /auth/check (never past exp); 0: none.
     auth_check_cache_seconds: int = setting("AUTH_CHECK_CACHE_SECONDS", parse.int_between(0, 60), 0)
+    #: None: GET /auth/check judges by its ?role= (as ever); else the gateway's rules file.
+    access_rules_file: str | None = setting("ACCESS_RULES_FILE", parse.absolute_path, None)
     #: Read as names from OIDC_PROVIDERS, then completed from OIDC_<NAME>_* variables.
     identity_providers: tuple[IdentityProvider, ...] = providers_setting("OIDC_PROVIDERS")
     login_redirect_url: str = setting("LOGIN_REDIRECT_URL", parse.redirect_target, "/api/v1/me")

@@ -27,6 +27,9 @@ from app.config.parsers import IPNetwork
 FORWARDED_KEY = "token_service.forwarded"
 #: Distinct addresses whose parse each process remembers.
 ADDRESSES_CACHED = 4096
+#: Set (to True) in the environ of a request whose peer is a trusted proxy: the gateway
+#: believes the original request's method, host and URI from it only.
+TRUSTED_PEER_KEY = "token_service.trusted_peer"
 #: The schemes X-Forwarded-Proto may set.
 SCHEMES = frozenset({"http", "https"})
 
@@ -101,6 +104,7 @@ class TrustedProxies:
         """Rewrite ``environ`` from the headers a trusted proxy sent."""
         # canonical, as the limiter counts it (a trusted peer is an address)
         environ["REMOTE_ADDR"] = peer = canonical_address(peer) or peer
+        environ[TRUSTED_PEER_KEY] = True
         forwarded_for = environ.get("HTTP_X_FORWARDED_FOR")
         if forwarded_for:
             environ["REMOTE_ADDR"] = self.client(peer, forwarded_for)

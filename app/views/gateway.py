@@ -21,9 +21,11 @@ from werkzeug.exceptions import BadRequest
 from app.auth.tokens import ROLES
 from app.config.settings import Settings
 from app.events import Reason
-from app.extensions import current_settings, get_clock
+from app.extensions import current_settings, get_access_rules, get_clock
+from app.gateway.rules import AccessRules, Judgment, Verdict
 from app.http.errors import forbidden_response, render_http_error, unauthenticated_response
 from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
+from app.http.proxy import TRUSTED_PEER_KEY, last_value
 from app.http.request_log import note
 from app.oidc.cross_site import is_cross_site
 
@@ -41,6 +43,18 @@ KNOWN_QUERIES: dict[str, tuple[str, ...]] = {
 }
 #: What a 400 says; the query itself goes to the log only.
 BAD_QUERY = "the check takes no query, role=user or role=admin"
+#: What a 400 says to a query beside ACCESS_RULES_FILE.
+RULES_QUERY = "with ACCESS_RULES_FILE the check takes no query: the rules decide"
+#: What a 400 says when a trusted proxy does not name what a rule needs.
+MISSING_ORIGINAL = "the proxy names no original method or URI, which the rules need"
+#: Where Envoy's ext_authz (HTTP service) asks: its path_prefix.
+ENVOY_PREFIX = "/auth/ext-authz"
+#: Every method Envoy may ask about: the original request's own.
+ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
+#: Where each proxy names the original method: nginx's snippet, then Traefik's and Caddy's.
+ORIGINAL_METHODS = ("HTTP_X_ORIGINAL_METHOD", "HTTP_X_FORWARDED_METHOD")
+#: Where each proxy names the original URI (path and query, as the client sent them).
+ORIGINAL_URIS = ("HTTP_X_ORIGINAL_URI", "HTTP_X_FORWARDED_URI")
 #: Longest piece of a bad query the warning quotes.
 MAX_LOGGED_QUERY = 200
 #: The role of a cookie token: a third-party user is never the admin.
@@ -70,11 +84,37 @@ class _Bodiless(Response):
 def auth_check() -> Response:
     """Answer 200 with the caller's identity in headers, 401, 403, or 400 for a bad query."""
     query: str = request.environ.get("QUERY_STRING", "")
+    rules = get_access_rules()
+    if rules is not None:
+        if query:
+            return _bad_request(
+                RULES_QUERY,
+                "GET /auth/check: a query %r beside ACCESS_RULES_FILE"
+                " (deploy/nginx/: the rules decide, no ?role=)",
+                query,
+            )
+        return _judged(rules.current(), ORIGINAL_METHODS, ORIGINAL_URIS)
     required = KNOWN_QUERIES.get(query)
     if required is None:
         required = _parsed_roles()
         if required is None:
             return _bad_query(query)
+    return _answer(required)
+
+
+@bp.route(ENVOY_PREFIX, methods=ANY_METHOD, defaults={"path": ""})
+@bp.route(f"{ENVOY_PREFIX}/<path:path>", methods=ANY_METHOD)
+def ext_authz(path: str) -> Response:
+    """Envoy's ext_authz: answer for the request named by this one's method and its path
+    after the prefix, as ``/auth/check`` does; its body is never read."""
+    rules = get_access_rules()
+    if rules is None:
+        return _answer(())
+    return _judged(rules.current(), (), (), envoy=True)
+
+
+def _answer(required: tuple[str, ...]) -> Response:
+    """Answer for a request open to the ``required`` roles (none: any authenticated user)."""
     settings = current_settings()
     if "HTTP_AUTHORIZATION" not in request.environ and settings.auth_check_cookie:
         return _cookie_check(required, settings.auth_check_cache_seconds)
@@ -91,6 +131,80 @@ def auth_check() -> Response:
     if settings.auth_check_cache_seconds:
         response.headers.add("X-Accel-Expires", cache_until(expires_at, settings))
     return response
+
+
+def _judged(
+    rules: AccessRules, method_keys: tuple[str, ...], uri_keys: tuple[str, ...], envoy: bool = False
+) -> Response:
+    """Answer by the rules for the original request the proxy names."""
+    environ = request.environ
+    trusted = environ.get(TRUSTED_PEER_KEY, False)
+    methods: tuple[str, ...] | None = None
+    uris: tuple[str, ...] | None = None
+    host = None
+    if trusted:
+        if envoy:
+            methods = _spellings((environ["REQUEST_METHOD"],))
+            uris = (_envoy_uri(environ),)
+        else:
+            methods = _spellings(tuple(environ[key] for key in method_keys if key in environ))
+            uris = tuple(last_value(environ[key]) for key in uri_keys if key in environ) or None
+        host = environ.get("HTTP_HOST")
+    judgment = _strictest(rules, methods or None, host, uris)
+    if trusted and judgment.unknown in {"the method", "the path"}:
+        return _bad_request(
+            MISSING_ORIGINAL,
+            "%s: the trusted proxy %s names no original %s, which rules[%d] needs: pass it"
+            " (docs/gateway.md, the protocols)",
+            request.path,
+            environ.get("REMOTE_ADDR"),
+            judgment.unknown.removeprefix("the "),
+            judgment.rule.number if judgment.rule else 0,
+        )
+    verdict = judgment.verdict
+    if verdict is Verdict.DENY:
+        note(reason=Reason.DENIED_BY_RULE)
+        return _refused(forbidden_response())
+    if verdict is Verdict.PUBLIC:
+        headers = [NO_STORE]
+        if current_settings().auth_check_cache_seconds:
+            headers.append(("X-Accel-Expires", "0"))
+        return _Bodiless(b"", 200, headers)
+    return _answer(("admin",) if verdict is Verdict.ADMIN else ("user",))
+
+
+def _strictest(
+    rules: AccessRules,
+    methods: tuple[str, ...] | None,
+    host: str | None,
+    uris: tuple[str, ...] | None,
+) -> Judgment:
+    """Return the strictest judgment among the URIs the proxy named (a client's own header
+    of another proxy's name may come beside the proxy's)."""
+    if uris is None or len(uris) == 1:
+        return rules.judge(methods, host, None if uris is None else uris[0])
+    return max(
+        (rules.judge(methods, host, uri) for uri in uris), key=lambda judgment: judgment.verdict
+    )
+
+
+def _spellings(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """Return the methods as sent and upper-cased: an upstream may take ``get`` for GET."""
+    spelled = {last_value(method) for method in methods}
+    return tuple(sorted(spelled | {method.upper() for method in spelled}))
+
+
+def _envoy_uri(environ: dict[str, Any]) -> str:
+    """Return the original request's target: this one's after the prefix, as sent."""
+    raw: str = environ.get("RAW_URI") or environ.get("REQUEST_URI") or ""
+    start = environ.get("SCRIPT_NAME", "") + ENVOY_PREFIX
+    if raw.startswith(start) and raw[len(start) : len(start) + 1] in {"", "/", "?"}:
+        rest = raw[len(start) :]
+    else:  # a prefix spelled otherwise (encoded): the decoded path, re-encoded
+        rest = quote(environ.get("PATH_INFO", "")[len(ENVOY_PREFIX) :], safe="/;%\\")
+        if environ.get("QUERY_STRING"):
+            rest += "?" + environ["QUERY_STRING"]
+    return rest if rest.startswith("/") else "/" + rest
 
 
 def cache_until(expires_at: int, settings: Settings) -> str:
@@ -141,6 +255,20 @@ def _parsed_roles() -> tuple[str, ...] | None:
     if len(arguments) == 1 and len(roles) == 1 and roles[0] in ROLES:
         return (roles[0],)
     return None
+
+
+def _bad_request(message: str, warning: str, *arguments: Any) -> Response:
+    """Return a loud 400: ``message`` to the proxy, ``warning`` in the log."""
+    current_app.logger.warning(
+        warning,
+        *(
+            argument[:MAX_LOGGED_QUERY] if isinstance(argument, str) else argument
+            for argument in arguments
+        ),
+    )
+    response = render_http_error(BadRequest(message))
+    response.headers.set(*NO_STORE)
+    return response  # type: ignore[return-value]  # a Flask response, from jsonify
 
 
 def _bad_query(query: str) -> Response:

@@ -1,0 +1,337 @@
+"""The gateway's rules (ACCESS_RULES_FILE): the file's checks, the first match, hosts, and
+paths judged in every reading an upstream could make, never laxer than the canonical one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.gateway.paths import host_name, path_readings, remove_dot_segments
+from app.gateway.rules import AccessRulesFile, RulesFileError, Verdict, parse_rules
+
+RULES = b"""
+[[rules]]
+paths = ["/public/", "/health"]
+allow = "public"
+
+[[rules]]
+paths = ["/admin/", "re:^/api/v[0-9]+/admin"]
+allow = "admin"
+
+[[rules]]
+hosts = ["internal.example.com"]
+allow = "deny"
+
+[[rules]]
+hosts = ["*.example.com", "app.example.org"]
+methods = ["DELETE"]
+allow = "admin"
+
+[[rules]]
+paths = ["/"]
+allow = "user"
+"""
+ACCESS = parse_rules(RULES)
+
+
+def verdict(uri: str, method: str = "GET", host: str | None = "app.example.com") -> Verdict:
+    return ACCESS.judge((method,), host, uri).verdict
+
+
+# --- the first match, hosts and methods ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("/public/logo.png", Verdict.PUBLIC),
+        ("/health", Verdict.PUBLIC),
+        ("/admin/panel", Verdict.ADMIN),
+        ("/admin", Verdict.ADMIN),  # a prefix ending in / takes the path without it too
+        ("/api/v2/admin/users", Verdict.ADMIN),
+        ("/api/v2/items", Verdict.USER),
+        ("/", Verdict.USER),
+        ("/admin/panel?x=/public/", Verdict.ADMIN),  # the query is no part of the path
+        ("/public/x#/admin/", Verdict.PUBLIC),
+        ("https://app.example.com/admin/x", Verdict.ADMIN),  # absolute form
+    ],
+)
+def test_the_first_rule_that_matches_decides(uri, expected):
+    assert verdict(uri) is expected
+
+
+def test_a_request_no_rule_matches_is_denied():
+    only = parse_rules(b'[[rules]]\npaths = ["/app/"]\nallow = "user"\n')
+    judgment = only.judge(("GET",), "a.example.com", "/other")
+    assert judgment.verdict is Verdict.DENY
+    assert judgment.rule is None
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["a.example.com", "A.Example.COM", "a.example.com.", "a.example.com:8443", "x.y.example.com"],
+)
+def test_hosts_are_read_without_case_port_or_trailing_dot(host):
+    assert verdict("/x", "DELETE", host) is Verdict.ADMIN
+
+
+@pytest.mark.parametrize("host", ["example.com", "aexample.com", "example.com.evil", "[::1]:80"])
+def test_a_wildcard_matches_the_names_below_its_domain_only(host):
+    assert verdict("/x", "DELETE", host) is Verdict.USER
+
+
+def test_host_name_reads_ipv6_and_empty_hosts():
+    assert host_name("[::1]:8080") == "[::1]"
+    assert host_name("") is None
+    assert host_name("EXAMPLE.com.:80") == "example.com"
+
+
+def test_methods_match_as_listed():
+    assert verdict("/x", "DELETE", "b.example.com") is Verdict.ADMIN
+    assert verdict("/x", "GET", "b.example.com") is Verdict.USER
+    assert verdict("/x", "GET", "internal.example.com") is Verdict.DENY
+
+
+@pytest.mark.parametrize(
+    ("methods", "host", "uri", "unknown"),
+    [
+        (("GET",), None, "/x", "the host"),  # rules[3] names hosts
+        (None, "a.example.com", "/x", "the method"),  # rules[4] names methods
+        (("GET",), "other.org", None, "the path"),  # rules[1] names paths
+    ],
+)
+def test_a_rule_that_depends_on_what_the_request_does_not_tell_denies(methods, host, uri, unknown):
+    judgment = ACCESS.judge(methods, host, uri)
+    assert judgment.verdict is Verdict.DENY
+    assert judgment.unknown == unknown
+
+
+def test_a_rule_that_depends_on_nothing_unknown_still_decides():
+    rules = parse_rules(b'[[rules]]\nallow = "user"\n')
+    assert rules.judge(None, None, None).verdict is Verdict.USER
+
+
+# --- paths as an upstream could read them ------------------------------------------
+
+#: Each with a user token would reach an admin upstream if judged by its spelling alone.
+TRICKS = [
+    "/ADMIN/panel",  # case
+    "/Admin/Panel",
+    "/x/..;/admin/panel",  # Tomcat: ..; is ..
+    "/admin;/panel",  # ; parameters
+    "/admin;jsessionid=1/panel",
+    "/public/../admin/panel",  # dot segments
+    "/public/./../admin/panel",
+    "/./admin/panel",
+    "/public/%2e%2e/admin/panel",  # encoded dots
+    "/public/%2E%2E/admin/panel",
+    "/public/.%2e/admin/panel",
+    "//admin/panel",  # repeated slashes
+    "/public//../admin/panel",
+    "/public/..%2fadmin/panel",  # encoded slashes
+    "/public/..%2Fadmin/panel",
+    "/public%2f..%2fadmin/panel",
+    "/public/..%5cadmin/panel",  # encoded backslash
+    "/public\\..\\admin\\panel",  # backslashes
+    "/public/%252e%252e/admin/panel",  # encoded twice
+    "/public/%25252e%25252e/admin/panel",  # three times
+    "/%61dmin/panel",  # percent-encoding generally
+    "/public/..;jsessionid=x/admin/panel",
+    "/public/%2e%2e;/admin/panel",
+    "/public/..%3b/admin/panel",
+    "/api/v1/../v2/ADMIN/x",
+    "/api/v1/%61dmin",
+]
+
+
+@pytest.mark.parametrize("uri", TRICKS)
+def test_no_spelling_of_an_admin_path_passes_a_user(uri):
+    assert verdict(uri) >= Verdict.ADMIN
+
+
+@pytest.mark.parametrize(
+    "uri", ["/public/%00", "/public/%0a/x", "/public/\x7f", "/%25252525252e", "admin/x", "*"]
+)
+def test_a_path_that_is_no_path_or_holds_a_control_character_is_denied(uri):
+    assert verdict(uri) is Verdict.DENY
+
+
+def test_remove_dot_segments_is_rfc_3986s():
+    assert remove_dot_segments("/a/b/c/./../../g") == "/a/g"
+    assert remove_dot_segments("/../../x") == "/x"
+    assert remove_dot_segments("/a/..") == "/"
+    assert remove_dot_segments("/a/.") == "/a/"
+
+
+def test_an_ordinary_path_reads_only_as_itself_and_lowercased():
+    assert path_readings("/App/items") == {"/App/items", "/app/items"}
+    assert path_readings("/app/items.json") == {"/app/items.json"}
+
+
+SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=8)
+CANONICAL = st.lists(
+    st.sampled_from(["admin", "public", "api", "v1", "v2", "health"]) | SEGMENT,
+    min_size=0,
+    max_size=5,
+).map(lambda segments: "/" + "/".join(segments))
+
+
+@st.composite
+def rewritten(draw, path: str) -> str:
+    """Return ``path`` spelled otherwise by a few of the tricks, one after the other."""
+    for _ in range(draw(st.integers(1, 4))):
+        trick = draw(
+            st.sampled_from(
+                [
+                    "case",
+                    "parameter",
+                    "dot",
+                    "dotdot",
+                    "dotdotsemi",
+                    "slashes",
+                    "encode",
+                    "encode_slash",
+                    "backslash",
+                    "encoded_backslash",
+                ]
+            )
+        )
+        slashes = [index for index, character in enumerate(path) if character == "/"]
+        at = draw(st.sampled_from(slashes)) if slashes else 0
+        if trick == "case":
+            letters = [index for index, character in enumerate(path) if character.isalpha()]
+            if letters:
+                index = draw(st.sampled_from(letters))
+                path = path[:index] + path[index].upper() + path[index + 1 :]
+        elif trick == "parameter" and slashes and at > 0:
+            path = path[:at] + ";" + draw(SEGMENT) + path[at:]
+        elif trick == "dot" and slashes:
+            path = path[:at] + "/." + path[at:]
+        elif trick == "dotdot" and slashes:
+            path = path[:at] + "/" + draw(SEGMENT) + "/.." + path[at:]
+        elif trick == "dotdotsemi" and slashes:
+            path = path[:at] + "/" + draw(SEGMENT) + "/..;" + path[at:]
+        elif trick == "slashes" and slashes:
+            path = path[:at] + "/" + path[at:]
+        elif trick == "encode" and len(path) > 1:  # the first / starts every request target
+            index = draw(st.integers(1, len(path) - 1))
+            path = path[:index] + f"%{ord(path[index]):02X}" + path[index + 1 :]
+        elif trick == "encode_slash" and slashes and at > 0:
+            path = path[:at] + "%2f" + path[at + 1 :]
+        elif trick == "backslash" and slashes and at > 0:
+            path = path[:at] + "\\" + path[at + 1 :]
+        elif trick == "encoded_backslash" and slashes and at > 0:
+            path = path[:at] + "%5C" + path[at + 1 :]
+    return path
+
+
+@given(data=st.data(), path=CANONICAL)
+def test_no_rewriting_is_judged_laxer_than_the_canonical_path(data, path):
+    spelled = data.draw(rewritten(path))
+    assert verdict(spelled) >= verdict(path), spelled
+
+
+@given(data=st.data(), path=CANONICAL, method=st.sampled_from(["GET", "DELETE"]))
+def test_the_canonical_path_is_among_the_readings_of_any_rewriting(data, path, method):
+    spelled = data.draw(rewritten(path))
+    readings = path_readings(spelled)
+    assert readings is not None
+    assert path in readings
+
+
+# --- the file, checked when it is read -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[rules]]\nallow = "user"\npath = ["/x"]\n', "rules[1]: unknown key 'path'"),
+        (
+            '[[rules]]\nallow = "user"\n[[rules]]\nallow = "admn"\n',
+            "rules[2]: unknown verdict 'admn'",
+        ),
+        ('[[rules]]\nallow = "Admin"\n', "rules[1]: unknown verdict 'Admin'"),
+        ('[[rules]]\npaths = ["re:(x"]\nallow = "user"\n', "rules[1]: bad pattern '(x'"),
+        ('[[rules]]\npaths = ["admin/"]\nallow = "user"\n', "rules[1]: bad path 'admin/'"),
+        ('[[rules]]\npaths = ["/Admin/"]\nallow = "user"\n', "must be lower case"),
+        ('[[rules]]\npaths = ["/a/../b"]\nallow = "user"\n', "must be a plain path"),
+        ('[[rules]]\npaths = ["/a%2f"]\nallow = "user"\n', "must be a plain path"),
+        ('[[rules]]\npaths = []\nallow = "user"\n', "rules[1]: paths is empty"),
+        ('[[rules]]\npaths = "/x"\nallow = "user"\n', "rules[1]: paths must be a list"),
+        ('[[rules]]\nhosts = ["a.com:80"]\nallow = "user"\n', "rules[1]: bad host 'a.com:80'"),
+        ('[[rules]]\nmethods = ["get"]\nallow = "user"\n', "rules[1]: bad method 'get'"),
+        ('[[rules]]\npaths = ["/x"]\n', "rules[1]: allow is required"),
+        ("rules = 1\n", "no [[rules]]"),
+        ('x = 1\n[[rules]]\nallow = "user"\n', "unknown key 'x'"),
+        ("[[rules]\n", "not TOML"),
+        (
+            '[[rules]]\nallow = "user"\n[[rules]]\npaths = ["/x"]\nallow = "admin"\n',
+            "rules[2]: never matches: rules[1] matches every request it would",
+        ),
+        (
+            '[[rules]]\npaths = ["/admin/"]\nallow = "admin"\n[[rules]]\npaths = ["/admin/x"]\nallow = "user"\n',
+            "rules[2]: never matches",
+        ),
+        (
+            '[[rules]]\nhosts = ["*.a.com"]\nallow = "admin"\n[[rules]]\nhosts = ["x.a.com"]\nmethods = ["GET"]\nallow = "user"\n',
+            "rules[2]: never matches",
+        ),
+        (
+            '[[rules]]\nmethods = ["GET", "POST"]\nallow = "admin"\n[[rules]]\nmethods = ["GET"]\nallow = "user"\n',
+            "rules[2]: never matches",
+        ),
+        (
+            '[[rules]]\npaths = ["re:^/x"]\nallow = "admin"\n[[rules]]\npaths = ["re:^/x"]\nallow = "user"\n',
+            "rules[2]: never matches",
+        ),
+    ],
+)
+def test_a_bad_file_is_refused_in_one_line_naming_the_rule(text, message):
+    with pytest.raises(RulesFileError) as raised:
+        parse_rules(text.encode())
+    assert message in str(raised.value)
+    assert str(raised.value).startswith("ACCESS_RULES_FILE")
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a narrower rule first, then the wider: both can decide
+        '[[rules]]\npaths = ["/admin/x"]\nallow = "user"\n[[rules]]\npaths = ["/admin/"]\nallow = "admin"\n',
+        '[[rules]]\nmethods = ["GET"]\nallow = "user"\n[[rules]]\nmethods = ["GET", "POST"]\nallow = "admin"\n',
+        '[[rules]]\nhosts = ["x.a.com"]\nallow = "user"\n[[rules]]\nhosts = ["*.a.com"]\nallow = "admin"\n',
+        '[[rules]]\npaths = ["re:^/x"]\nallow = "admin"\n[[rules]]\npaths = ["/x"]\nallow = "user"\n',
+    ],
+)
+def test_a_rule_after_a_narrower_one_is_no_shadow(text):
+    assert len(parse_rules(text.encode()).rules) == 2
+
+
+def test_a_changed_file_is_read_again_and_a_bad_change_keeps_the_rules_in_force(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rules]]\nallow = "user"\n')
+    now = [0.0]
+    problems: list[str] = []
+    live = AccessRulesFile(str(path), monotonic=lambda: now[0], on_error=problems.append)
+    assert live.current().rules[0].verdict is Verdict.USER
+    path.write_text('[[rules]]\nallow = "admin"\n')
+    os.utime(path, ns=(1, 1))
+    assert live.current().rules[0].verdict is Verdict.USER  # not looked at within the second
+    now[0] = 1.0
+    assert live.current().rules[0].verdict is Verdict.ADMIN
+    path.write_text('[[rules]]\nallow = "nobody"\n')
+    os.utime(path, ns=(2, 2))
+    now[0] = 2.0
+    assert live.current().rules[0].verdict is Verdict.ADMIN
+    assert problems == [
+        "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody' (public, user, admin or deny)"
+    ]
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(RulesFileError, match="cannot be read"):
+        AccessRulesFile(str(tmp_path / "none.toml"), monotonic=lambda: 0.0, on_error=print)
