@@ -40,12 +40,6 @@ from tests.helpers.tools import ROOT
 
 pytestmark = [pytest.mark.nginx, pytest.mark.caddy, pytest.mark.gunicorn]
 
-# Until the service reads ACCESS_RULES_FILE and X-Forwarded-* (branch gateway-rules).
-needs_rules = pytest.mark.skipif(
-    "ACCESS_RULES_FILE" not in (ROOT / "app" / "config" / "settings.py").read_text(),
-    reason="the service reads no ACCESS_RULES_FILE yet",
-)
-
 DEPLOY = ROOT / "deploy" / "nginx"
 RULES_EXAMPLE = DEPLOY / "gateway-rules-example.conf"
 #: The names deploy/nginx/gateway-identity.conf clears: the Caddyfile strips them too.
@@ -208,7 +202,6 @@ def test_no_token_is_the_services_401_with_its_body_and_challenge(gateway):
     assert_refused(gateway, path, get(gateway.url + path, bearer("x.y.z")), SERVICE_401)
 
 
-@needs_rules
 def test_a_user_on_an_admin_route_is_the_services_403(gateway):
     user = bearer(gateway.service.login("alice"))
     path = "/admin/user-token"
@@ -220,7 +213,6 @@ def test_a_user_on_an_admin_route_is_the_services_403(gateway):
     assert_refused(gateway, path, get(gateway.url + path, user, method="DELETE"), SERVICE_403)
 
 
-@needs_rules
 def test_users_and_admins_reach_their_routes_and_the_upstream_sees_who(gateway):
     alice = gateway.service.login("alice")
     received = passed(gateway, "/reports?q=1", bearer(alice))
@@ -246,7 +238,6 @@ def test_users_and_admins_reach_their_routes_and_the_upstream_sees_who(gateway):
     assert passed(gateway, "/reports/2", admin, method="DELETE")["method"] == "DELETE"
 
 
-@needs_rules
 def test_a_public_route_passes_with_no_token_and_no_identity(gateway):
     received = passed(gateway, "/public/logo.svg", {})
     for name in ["X-Auth-Request-User", "X-Auth-Request-Groups", "Remote-User"]:
@@ -267,7 +258,6 @@ def spellings(name: str) -> list[str]:
     return [name, name.upper(), name.lower(), name.swapcase()]
 
 
-@needs_rules
 def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
     token = bearer(gateway.service.login("bob"))
     received = passed(gateway, "/spoofed", {**FORGED, **token})
@@ -306,7 +296,6 @@ def test_an_expired_token_is_401(gateway):
     assert passed(gateway, "/minted", bearer(gateway.service.mint()))
 
 
-@needs_rules
 def test_the_cookie_token_passes_same_site_requests_and_the_proxy_names_the_method(gateway):
     cookie = {"Cookie": f"jwt={gateway.service.cookie({'source': 'corp', 'id': '2482'})}"}
     received = passed(gateway, "/browser", cookie)
@@ -316,7 +305,37 @@ def test_the_cookie_token_passes_same_site_requests_and_the_proxy_names_the_meth
     path = "/browser-sibling-post"  # the check is a GET: the proxy names the POST
     sibling = {**cookie, "Sec-Fetch-Site": "same-site", "Origin": "https://other.example"}
     assert_refused(gateway, path, get(gateway.url + path, sibling, method="POST"), SERVICE_401)
+    path = "/browser-sibling-post-named-get"  # the other proxy's names, written by the client
+    named = {**sibling, "X-Original-Method": "GET", "X-Forwarded-Method": "GET"}
+    assert_refused(gateway, path, get(gateway.url + path, named, method="POST"), SERVICE_401)
     assert passed(gateway, "/browser-sibling-get", sibling)
+
+
+def checks_of(gateway: Gateway, user: str) -> int:
+    """Return how many checks of ``user`` the service has answered."""
+    lines = gateway.service.server.log_path.read_text().splitlines()
+    entries = [json.loads(line) for line in lines if line[:1] == "{"]
+    return sum((e.get("path"), e.get("user")) == ("/auth/check", user) for e in entries)
+
+
+def test_a_kept_verdict_is_never_reused_for_a_request_another_rule_judges(gateway):
+    # The service writes a request's line before it answers: once the proxy has answered,
+    # the lines of the checks it asked for are in the log.
+    username = f"kate-{gateway.kind}"
+    user = bearer(gateway.service.login(username))
+    for _ in range(3):
+        passed(gateway, "/kept/x", user)
+    # nginx keeps the pass (AUTH_CHECK_CACHE_SECONDS); Caddy keeps no verdicts.
+    assert checks_of(gateway, username) == (1 if gateway.kind == "nginx" else 3)
+    for path, headers, method in [
+        ("/kept/x", user, "DELETE"),
+        ("/kept/x", {**user, "Host": "admin.example.com"}, "GET"),
+        ("/admin/kept", user, "GET"),
+        ("/admin/kept", user, "GET"),
+    ]:
+        answer = get(gateway.url + path, headers, method=method)
+        assert answer[0] == 403, (path, headers, method)
+    assert passed(gateway, "/kept/x", user)
 
 
 # --- the rule tricks ----------------------------------------------------------------
@@ -364,14 +383,12 @@ def assert_not_in_the_admin_area(gateway: Gateway, path: str, headers: dict[str,
         assert all(not laxest_reading(r["path"]).startswith("/admin") for r in reached), path
 
 
-@needs_rules
 def test_no_spelling_of_an_admin_path_lets_a_user_through(gateway):
     user = bearer(gateway.service.mint())
     for path in ["/ADMIN/panel", "/x/..;/admin/panel", "/admin;/panel", *ADMIN_SPELLINGS]:
         assert_not_in_the_admin_area(gateway, path, user)
 
 
-@needs_rules
 def test_no_detour_through_the_public_folder_opens_the_admin_pages(gateway):
     for path in PUBLIC_DETOURS:
         assert laxest_reading(path) == "/admin/panel", path
@@ -379,7 +396,6 @@ def test_no_detour_through_the_public_folder_opens_the_admin_pages(gateway):
         assert_not_in_the_admin_area(gateway, path, bearer(gateway.service.mint()))
 
 
-@needs_rules
 @settings(max_examples=100, deadline=None)
 @given(path=admin_spellings(), lead=st.sampled_from(["", "/public/..", "/public/%2e%2e"]))
 def test_a_user_never_reaches_the_admin_pages_by_any_spelling(gateway, path, lead):
