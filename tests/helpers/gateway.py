@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 from hypothesis import strategies as st
 
@@ -38,6 +39,28 @@ FORGED = {
     "X-Auth-Request-Role": "admin",
 }
 
+#: The rules the service judges by: one host for admins, a public folder, the admin
+#: pages (any path that begins with /admin), deleting for admins, the rest for users.
+ACCESS_RULES = """
+[[rules]]
+hosts = ["admin.example.com"]
+allow = "admin"
+
+[[rules]]
+paths = ["/public/"]
+allow = "public"
+
+[[rules]]
+paths = ["/admin"]
+allow = "admin"
+
+[[rules]]
+methods = ["DELETE"]
+allow = "admin"
+
+[[rules]]
+allow = "user"
+"""
 SERVICE_401 = (401, "text/plain", b"Unauthorized")
 SERVICE_403 = (403, "application/json", b'{"message":"No access"}\n')
 
@@ -183,3 +206,19 @@ def admin_spellings(draw) -> str:
     detour = draw(DETOURS).replace("/", separator)
     lead = draw(st.sampled_from(["/", "//"]))
     return f"{lead}{detour}{''.join(letters)}{draw(PARAMETERS)}{draw(SEPARATORS)}panel"
+
+
+def laxest_reading(path: str) -> str:
+    """Return ``path`` as the laxest upstream could route it: decoded three times, in lower
+    case, ``\\`` as ``/``, ``;`` parameters dropped, dot segments resolved, slashes merged."""
+    path = path.split("?", 1)[0]
+    for _ in range(3):
+        path = unquote(path)
+    segments: list[str] = []
+    for segment in path.replace("\\", "/").lower().split("/"):
+        segment = segment.split(";", 1)[0]
+        if segment == "..":
+            segments = segments[:-1]
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)

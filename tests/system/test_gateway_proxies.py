@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote
 
 import jwt
 import pytest
@@ -24,6 +23,7 @@ from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
 from tests.helpers.caddy import start_caddy
 from tests.helpers.gateway import (
+    ACCESS_RULES,
     ADMIN_SPELLINGS,
     FORGED,
     SERVICE_401,
@@ -32,6 +32,7 @@ from tests.helpers.gateway import (
     admin_spellings,
     get,
     headers_of,
+    laxest_reading,
 )
 from tests.helpers.nginx import SNIPPETS, VERDICTS, start_gateway_nginx
 from tests.helpers.servers import Gunicorn, base_environment, fresh
@@ -46,28 +47,6 @@ RULES_EXAMPLE = DEPLOY / "gateway-rules-example.conf"
 CLEARED = re.findall(
     r'^proxy_set_header (\S+) "";$', (DEPLOY / "gateway-identity.conf").read_text(), re.M
 )
-#: The rules the service judges by: one host for admins, a public folder, the admin
-#: pages (any path that begins with /admin), deleting for admins, the rest for users.
-RULES = """
-[[rules]]
-hosts = ["admin.example.com"]
-allow = "admin"
-
-[[rules]]
-paths = ["/public/"]
-allow = "public"
-
-[[rules]]
-paths = ["/admin"]
-allow = "admin"
-
-[[rules]]
-methods = ["DELETE"]
-allow = "admin"
-
-[[rules]]
-allow = "user"
-"""
 PROXIES = ["nginx", "caddy"]
 
 
@@ -106,7 +85,7 @@ def start_proxy(kind: str, folder: Path, service_port: int, upstream_port: int) 
 
 def rules_file(folder: Path) -> Path:
     rules = folder / "rules.toml"
-    rules.write_text(RULES)
+    rules.write_text(ACCESS_RULES)
     return rules
 
 
@@ -339,22 +318,6 @@ def test_a_kept_verdict_is_never_reused_for_a_request_another_rule_judges(gatewa
 
 
 # --- the rule tricks ----------------------------------------------------------------
-
-
-def laxest_reading(path: str) -> str:
-    """Return ``path`` as the laxest upstream could route it: decoded three times, in lower
-    case, ``\\`` as ``/``, ``;`` parameters dropped, dot segments resolved, slashes merged."""
-    path = path.split("?", 1)[0]
-    for _ in range(3):
-        path = unquote(path)
-    segments: list[str] = []
-    for segment in path.replace("\\", "/").lower().split("/"):
-        segment = segment.split(";", 1)[0]
-        if segment == "..":
-            segments = segments[:-1]
-        elif segment not in ("", "."):
-            segments.append(segment)
-    return "/" + "/".join(segments)
 
 
 #: Detours through the public folder, which needs no token, to the admin pages.
