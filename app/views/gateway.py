@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import BadRequest
+from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import ROLES
 from app.config.settings import Settings
@@ -31,9 +32,25 @@ from app.oidc.cross_site import is_cross_site
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
+    from flask.blueprints import BlueprintSetupState
     from werkzeug.datastructures import Headers
 
 bp = Blueprint("gateway", __name__)
+
+
+class AnyPath(BaseConverter):
+    """Any path text, slashes included (``path`` refuses a leading one): Envoy asks about
+    ``//x`` as about any path."""
+
+    regex = r"[\s\S]+"  # "." would stop at a newline, which %0A spells in a path
+    part_isolating = False
+
+
+@bp.record_once
+def register_converter(state: BlueprintSetupState) -> None:
+    """Give the app the converter before the routes below are added to it."""
+    state.app.url_map.converters.setdefault("any_path", AnyPath)
+
 
 #: The query strings of the shipped nginx snippets, to the roles they require.
 KNOWN_QUERIES: dict[str, tuple[str, ...]] = {
@@ -100,8 +117,9 @@ def auth_check() -> Response:
     return _answer(required)
 
 
-@bp.route(ENVOY_PREFIX, methods=ANY_METHOD, defaults={"path": ""})
-@bp.route(f"{ENVOY_PREFIX}/<path:path>", methods=ANY_METHOD)
+# without strict_slashes, the prefix alone is answered too, not redirected to the one with /
+@bp.route(f"{ENVOY_PREFIX}/", methods=ANY_METHOD, defaults={"path": ""}, strict_slashes=False)
+@bp.route(f"{ENVOY_PREFIX}/<any_path:path>", methods=ANY_METHOD)
 def ext_authz(path: str) -> Response:
     """Envoy's ext_authz: answer for the request named by this one's method and its path
     after the prefix, as ``/auth/check`` does; its body is never read."""

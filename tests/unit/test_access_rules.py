@@ -37,6 +37,11 @@ allow = "user"
 ACCESS = parse_rules(RULES)
 
 
+def rules_toml(*rules: str) -> str:
+    """Return a rules file of ``rules``, each its keys separated by ``; ``."""
+    return "".join("[[rules]]\n" + rule.replace("; ", "\n") + "\n" for rule in rules)
+
+
 def verdict(uri: str, method: str = "GET", host: str | None = "app.example.com") -> Verdict:
     return ACCESS.judge((method,), host, uri).verdict
 
@@ -64,7 +69,7 @@ def test_the_first_rule_that_matches_decides(uri, expected):
 
 
 def test_a_request_no_rule_matches_is_denied():
-    only = parse_rules(b'[[rules]]\npaths = ["/app/"]\nallow = "user"\n')
+    only = parse_rules(rules_toml('paths = ["/app/"]; allow = "user"').encode())
     judgment = only.judge(("GET",), "a.example.com", "/other")
     assert judgment.verdict is Verdict.DENY
     assert judgment.rule is None
@@ -110,7 +115,7 @@ def test_a_rule_that_depends_on_what_the_request_does_not_tell_denies(methods, h
 
 
 def test_a_rule_that_depends_on_nothing_unknown_still_decides():
-    rules = parse_rules(b'[[rules]]\nallow = "user"\n')
+    rules = parse_rules(rules_toml('allow = "user"').encode())
     assert rules.judge(None, None, None).verdict is Verdict.USER
 
 
@@ -248,43 +253,50 @@ def test_the_canonical_path_is_among_the_readings_of_any_rewriting(data, path, m
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('[[rules]]\nallow = "user"\npath = ["/x"]\n', "rules[1]: unknown key 'path'"),
+        (rules_toml('allow = "user"; path = ["/x"]'), "rules[1]: unknown key 'path'"),
         (
-            '[[rules]]\nallow = "user"\n[[rules]]\nallow = "admn"\n',
+            rules_toml('allow = "user"', 'allow = "admn"'),
             "rules[2]: unknown verdict 'admn'",
         ),
-        ('[[rules]]\nallow = "Admin"\n', "rules[1]: unknown verdict 'Admin'"),
-        ('[[rules]]\npaths = ["re:(x"]\nallow = "user"\n', "rules[1]: bad pattern '(x'"),
-        ('[[rules]]\npaths = ["admin/"]\nallow = "user"\n', "rules[1]: bad path 'admin/'"),
-        ('[[rules]]\npaths = ["/Admin/"]\nallow = "user"\n', "must be lower case"),
-        ('[[rules]]\npaths = ["/a/../b"]\nallow = "user"\n', "must be a plain path"),
-        ('[[rules]]\npaths = ["/a%2f"]\nallow = "user"\n', "must be a plain path"),
-        ('[[rules]]\npaths = []\nallow = "user"\n', "rules[1]: paths is empty"),
-        ('[[rules]]\npaths = "/x"\nallow = "user"\n', "rules[1]: paths must be a list"),
-        ('[[rules]]\nhosts = ["a.com:80"]\nallow = "user"\n', "rules[1]: bad host 'a.com:80'"),
-        ('[[rules]]\nmethods = ["get"]\nallow = "user"\n', "rules[1]: bad method 'get'"),
-        ('[[rules]]\npaths = ["/x"]\n', "rules[1]: allow is required"),
+        (rules_toml('allow = "Admin"'), "rules[1]: unknown verdict 'Admin'"),
+        (rules_toml('paths = ["re:(x"]; allow = "user"'), "rules[1]: bad pattern '(x'"),
+        (rules_toml('paths = ["admin/"]; allow = "user"'), "rules[1]: bad path 'admin/'"),
+        (rules_toml('paths = ["/Admin/"]; allow = "user"'), "must be lower case"),
+        (rules_toml('paths = ["/a/../b"]; allow = "user"'), "must be a plain path"),
+        (rules_toml('paths = ["/a%2f"]; allow = "user"'), "must be a plain path"),
+        (rules_toml('paths = []; allow = "user"'), "rules[1]: paths is empty"),
+        (rules_toml('paths = "/x"; allow = "user"'), "rules[1]: paths must be a list"),
+        (rules_toml('hosts = ["a.com:80"]; allow = "user"'), "rules[1]: bad host 'a.com:80'"),
+        (rules_toml('methods = ["get"]; allow = "user"'), "rules[1]: bad method 'get'"),
+        (rules_toml('paths = ["/x"]'), "rules[1]: allow is required"),
         ("rules = 1\n", "no [[rules]]"),
         ('x = 1\n[[rules]]\nallow = "user"\n', "unknown key 'x'"),
         ("[[rules]\n", "not TOML"),
         (
-            '[[rules]]\nallow = "user"\n[[rules]]\npaths = ["/x"]\nallow = "admin"\n',
+            rules_toml('allow = "user"', 'paths = ["/x"]; allow = "admin"'),
             "rules[2]: never matches: rules[1] matches every request it would",
         ),
         (
-            '[[rules]]\npaths = ["/admin/"]\nallow = "admin"\n[[rules]]\npaths = ["/admin/x"]\nallow = "user"\n',
+            rules_toml(
+                'paths = ["/admin/"]; allow = "admin"', 'paths = ["/admin/x"]; allow = "user"'
+            ),
             "rules[2]: never matches",
         ),
         (
-            '[[rules]]\nhosts = ["*.a.com"]\nallow = "admin"\n[[rules]]\nhosts = ["x.a.com"]\nmethods = ["GET"]\nallow = "user"\n',
+            rules_toml(
+                'hosts = ["*.a.com"]; allow = "admin"',
+                'hosts = ["x.a.com"]; methods = ["GET"]; allow = "user"',
+            ),
             "rules[2]: never matches",
         ),
         (
-            '[[rules]]\nmethods = ["GET", "POST"]\nallow = "admin"\n[[rules]]\nmethods = ["GET"]\nallow = "user"\n',
+            rules_toml(
+                'methods = ["GET", "POST"]; allow = "admin"', 'methods = ["GET"]; allow = "user"'
+            ),
             "rules[2]: never matches",
         ),
         (
-            '[[rules]]\npaths = ["re:^/x"]\nallow = "admin"\n[[rules]]\npaths = ["re:^/x"]\nallow = "user"\n',
+            rules_toml('paths = ["re:^/x"]; allow = "admin"', 'paths = ["re:^/x"]; allow = "user"'),
             "rules[2]: never matches",
         ),
     ],
@@ -301,10 +313,12 @@ def test_a_bad_file_is_refused_in_one_line_naming_the_rule(text, message):
     "text",
     [
         # a narrower rule first, then the wider: both can decide
-        '[[rules]]\npaths = ["/admin/x"]\nallow = "user"\n[[rules]]\npaths = ["/admin/"]\nallow = "admin"\n',
-        '[[rules]]\nmethods = ["GET"]\nallow = "user"\n[[rules]]\nmethods = ["GET", "POST"]\nallow = "admin"\n',
-        '[[rules]]\nhosts = ["x.a.com"]\nallow = "user"\n[[rules]]\nhosts = ["*.a.com"]\nallow = "admin"\n',
-        '[[rules]]\npaths = ["re:^/x"]\nallow = "admin"\n[[rules]]\npaths = ["/x"]\nallow = "user"\n',
+        rules_toml('paths = ["/admin/x"]; allow = "user"', 'paths = ["/admin/"]; allow = "admin"'),
+        rules_toml(
+            'methods = ["GET"]; allow = "user"', 'methods = ["GET", "POST"]; allow = "admin"'
+        ),
+        rules_toml('hosts = ["x.a.com"]; allow = "user"', 'hosts = ["*.a.com"]; allow = "admin"'),
+        rules_toml('paths = ["re:^/x"]; allow = "admin"', 'paths = ["/x"]; allow = "user"'),
     ],
 )
 def test_a_rule_after_a_narrower_one_is_no_shadow(text):
@@ -313,17 +327,17 @@ def test_a_rule_after_a_narrower_one_is_no_shadow(text):
 
 def test_a_changed_file_is_read_again_and_a_bad_change_keeps_the_rules_in_force(tmp_path):
     path = tmp_path / "rules.toml"
-    path.write_text('[[rules]]\nallow = "user"\n')
+    path.write_text(rules_toml('allow = "user"'))
     now = [0.0]
     problems: list[str] = []
     live = AccessRulesFile(str(path), monotonic=lambda: now[0], on_error=problems.append)
     assert live.current().rules[0].verdict is Verdict.USER
-    path.write_text('[[rules]]\nallow = "admin"\n')
+    path.write_text(rules_toml('allow = "admin"'))
     os.utime(path, ns=(1, 1))
     assert live.current().rules[0].verdict is Verdict.USER  # not looked at within the second
     now[0] = 1.0
     assert live.current().rules[0].verdict is Verdict.ADMIN
-    path.write_text('[[rules]]\nallow = "nobody"\n')
+    path.write_text(rules_toml('allow = "nobody"'))
     os.utime(path, ns=(2, 2))
     now[0] = 2.0
     assert live.current().rules[0].verdict is Verdict.ADMIN
