@@ -35,7 +35,7 @@ from tests.helpers.gateway import (
     laxest_reading,
 )
 from tests.helpers.nginx import SNIPPETS, VERDICTS, start_gateway_nginx
-from tests.helpers.servers import Gunicorn, base_environment, fresh
+from tests.helpers.servers import Gunicorn, base_environment, free_port, fresh
 from tests.helpers.tokens import bearer
 from tests.helpers.tools import ROOT
 
@@ -393,5 +393,17 @@ def test_the_token_service_stopped_is_a_json_503_never_a_pass(
             assert answer["X-Content-Type-Options"] == "nosniff"
             assert answer["Cache-Control"] == "no-store"
             assert path not in echo.paths()
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("kind", PROXIES)
+def test_the_upstream_down_is_the_proxys_own_502_not_the_services_503(kind, service, tmp_path):
+    gone = free_port()  # nothing listens there
+    proxy = start_proxy(kind, tmp_path / kind, service.server.port, gone)
+    try:
+        status, _, body = get(f"{proxy.url}/reports", bearer(service.mint()))
+        assert status == 502, body
+        assert b"authentication unavailable" not in body
     finally:
         proxy.stop()
