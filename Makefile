@@ -102,7 +102,7 @@ typecheck: $(INSTALLED)  ## mypy: strict type check of app/
 
 # Benchmarks (docs/performance.md; need wrk, and nginx, redis-server and PostgreSQL for the
 # groups that use them); the report goes to bench/results/. BENCH_ARGS picks the groups
-# (--only main,matrix,gateway,scale), stores, rounds...: .venv/bin/python -m bench.run --help
+# (--only main,matrix,gateway,rules,scale), stores, rounds...: .venv/bin/python -m bench.run --help
 BENCH_ARGS ?=
 bench: $(INSTALLED)  ## the service paired against a floor, peers, store floors, nginx: targets
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

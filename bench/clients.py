@@ -126,6 +126,7 @@ def request_parts(request: Request, held: Credentials) -> tuple[dict[str, str], 
         headers["Authorization"] = held.client_authorization
     if request.content_type:
         headers["Content-Type"] = request.content_type
+    headers.update(request.headers)
     body = request.body
     if body is not None:
         body = body.replace("{refresh_token}", held.refresh_token)

@@ -1,13 +1,15 @@
 """The bench: the service held against other apps, in pairs on one CPU (docs/performance.md).
 
-    make bench                       # main, matrix and gateway: 5 rounds x 5 s, targets
+    make bench                       # main, matrix, gateway, rules: 5 rounds x 5 s, targets
     make bench-short                 # every group, every pair once for 1 s (CI)
     make bench-scale                 # /token and /sessions on 1,000,000 stored tokens, RSS
 
 Groups (``--only``): ``main`` (requests a to g, the OAuth grant h and introspection i, and
 GET /sessions s against the floor, a to f against two peers too), ``matrix`` (login and
 refresh on each store against a floor making one store call), ``gateway`` (a protected
-path through nginx with the service's check, against nginx alone), ``scale`` (the service
+path through nginx with the service's check, against nginx alone), ``rules`` (the check
+with no rules, with 100 rules and the match the last, and Envoy's prefix route, each
+against the floor's GET), ``scale`` (the service
 on a full store against an empty one, refreshing and listing the holder's sessions, and
 its workers' memory over many logins). Exit status: 0, even when a target is missed; 1
 when an answer had another status than expected or wrk saw socket errors; 2 when the
@@ -29,7 +31,7 @@ from bench import paired, report, servers, wrk
 from bench.scenarios import GROUPS, SERVICE, STORES, cases
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEFAULT_GROUPS = ("main", "matrix", "gateway")
+DEFAULT_GROUPS = ("main", "matrix", "gateway", "rules")
 #: Largest change of a worker's RSS over the scale group's logins, either way.
 RSS_LIMIT = 0.10
 

@@ -31,6 +31,7 @@ class Request:
     content_type: str | None = None
     body: str | None = None  # may name {refresh_token} and {access_token}
     client: bool = False  # HTTP Basic with the service's registered client (client_secret_basic)
+    headers: tuple[tuple[str, str], ...] = ()  # more headers, as a proxy would send them
 
     @property
     def route(self) -> str:
@@ -61,6 +62,11 @@ REQUESTS = {
         Request("s", f"GET /sessions, {HOLDER_SESSIONS} sessions", "GET", "/sessions", 200,
                 "user"),
         Request("p", "GET /app through the proxy", "GET", "/app", 200, "user"),
+        Request("r", "GET /auth/check, 100 rules, the match the last", "GET", "/auth/check",
+                200, "user", headers=(("X-Original-Method", "GET"),
+                                      ("X-Original-URI", "/app/items?page=2"))),
+        Request("v", "GET /auth/ext-authz/app/items (Envoy's prefix)", "GET",
+                "/auth/ext-authz/app/items", 200, "user"),
     ]
 }  # fmt: skip
 #: The upstream's answer behind nginx (request p): a constant JSON.
@@ -151,7 +157,12 @@ PEER_REQUESTS = ("a", "a*", "b", "c", "d", "e", "f")
 MATRIX_TARGET = 1.10
 #: The service on a full store over the same on an empty one, POST /token and GET /sessions.
 SCALE_TARGET = 1.05
-GROUPS = ("main", "matrix", "gateway", "scale")
+GROUPS = ("main", "matrix", "gateway", "rules", "scale")
+#: The service's check with the 100 rules of this file (request r), trusting the bench client
+#: as the proxy that names the original request.
+RULES_FILE = "bench/access-rules-100.toml"
+#: Highest CPU per request of the check over the floor's GET: with rules, and Envoy's route.
+RULES_TARGET = 1.00
 
 
 def cases(groups: tuple[str, ...], stores: tuple[str, ...], stored_tokens: int) -> list[Case]:
@@ -187,6 +198,13 @@ def cases(groups: tuple[str, ...], stores: tuple[str, ...], stored_tokens: int) 
             Case("gateway", "p", App("service", proxy="caddy-gateway", settings=settings), caddy)
             for settings in (behind, (*behind, ("AUTH_CHECK_CACHE_SECONDS", "5")))
         ]
+    if "rules" in groups:  # the check with 100 rules, and Envoy's route, over the floor's GET
+        ruled = App("service", settings=(("ACCESS_RULES_FILE", RULES_FILE),
+                                         ("TRUSTED_PROXIES", "127.0.0.1/32"),
+                                         ("OPEN_LOGIN", "true")))  # fmt: skip
+        found += [Case("rules", "g", SERVICE, FLOOR, "a", RULES_TARGET),
+                  Case("rules", "r", ruled, FLOOR, "a", RULES_TARGET),
+                  Case("rules", "v", SERVICE, FLOOR, "a", RULES_TARGET)]  # fmt: skip
     if "scale" in groups:  # the holder's sessions are listed among every stored token
         found += [
             Case("scale", key, App("service", store, prefill=stored_tokens), App("service", store),

@@ -7,7 +7,7 @@ time, never in clear: the store does not hold them in clear either. Keys are sho
 by their kid, never a secret or a private key. Passwords are read from standard input
 or a hidden prompt, never from the command line, and never shown. ``flask clients ...``
 registers OAuth clients; a client's secret is printed once, when it is made, and stored
-as a digest.
+as a digest. ``flask rules check`` tries the gateway's access rules on a request.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from flask import Flask
 
 from app.cli.clients import clients
 from app.cli.keys import keys
+from app.cli.rules import rules
 from app.cli.sessions import sessions
 from app.cli.tokens import tokens
 from app.cli.users import users
@@ -30,3 +31,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(users)
     app.cli.add_command(clients)
     app.cli.add_command(sessions)
+    app.cli.add_command(rules)

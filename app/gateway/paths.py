@@ -76,7 +76,7 @@ def _decodings(path: str) -> list[str] | None:
             return decodings
         decodings.append(decoded)
         current = decoded
-    return None
+    return decodings if _decoded(current) == current else None
 
 
 def _decoded(text: str) -> str:

@@ -66,8 +66,9 @@ RULES_QUERY = "with ACCESS_RULES_FILE the check takes no query: the rules decide
 MISSING_ORIGINAL = "the proxy names no original method or URI, which the rules need"
 #: Where Envoy's ext_authz (HTTP service) asks: its path_prefix.
 ENVOY_PREFIX = "/auth/ext-authz"
-#: Every method Envoy may ask about: the original request's own.
-ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
+#: The methods Envoy may ask about, the original request's own (any other is a 405, which
+#: Envoy takes for a refusal).
+ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 #: Where each proxy names the original method: nginx's snippet, then Traefik's and Caddy's.
 ORIGINAL_METHODS = ("HTTP_X_ORIGINAL_METHOD", "HTTP_X_FORWARDED_METHOD")
 #: Where each proxy names the original URI (path and query, as the client sent them).

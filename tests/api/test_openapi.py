@@ -341,6 +341,11 @@ def test_security_schemes_are_bearer_jwt_and_the_auth_cookie(make_app):
         ("/admin-accessible", "head"): [{"bearerAuth": []}],
         ("/auth/check", "get"): [{"bearerAuth": []}],  # and cookieAuth with AUTH_CHECK_COOKIE
         ("/auth/check", "head"): [{"bearerAuth": []}],
+        **{
+            (path, method): [{"bearerAuth": []}]
+            for path in ("/auth/ext-authz/", "/auth/ext-authz/{path}")
+            for method in ("get", "head", "post", "put", "delete", "patch")
+        },
         ("/api/v1/me", "get"): [{"cookieAuth": []}],
         ("/api/v1/me", "head"): [{"cookieAuth": []}],
         **{operation: [{"bearerAuth": []}] for operation in SESSION_OPERATIONS},

@@ -83,6 +83,11 @@ def test_every_request_and_target_of_the_report_is_a_pair():
         assert service.proxy in straight
         assert service.kind == "service"
         expected.add(("gateway", "p", service, straight[service.proxy], "p", None, False))
+    ruled = App("service", settings=(("ACCESS_RULES_FILE", "bench/access-rules-100.toml"),
+                                     ("TRUSTED_PROXIES", "127.0.0.1/32"),
+                                     ("OPEN_LOGIN", "true")))  # fmt: skip
+    for key, service in (("g", SERVICE), ("r", ruled), ("v", SERVICE)):
+        expected.add(("rules", key, service, FLOOR, "a", 1.00, False))
     assert table == expected
     gateways = [(c.service.proxy, dict(c.service.settings)) for c in everything
                 if c.group == "gateway"]  # fmt: skip
@@ -90,7 +95,7 @@ def test_every_request_and_target_of_the_report_is_a_pair():
     cached = {**behind, "AUTH_CHECK_CACHE_SECONDS": "5"}
     assert gateways == [("gateway", behind), ("gateway", cached),
                         ("caddy-gateway", behind), ("caddy-gateway", cached)]  # fmt: skip
-    assert len(everything) == len(expected) == 25 + 6 + 4 + 6
+    assert len(everything) == len(expected) == 25 + 6 + 4 + 3 + 6
     assert scenarios.REQUESTS["h"].body == "grant_type=client_credentials"
     assert [key for key, request in scenarios.REQUESTS.items() if request.client] == ["h", "i"]
     assert scenarios.REQUESTS["s"].bearer == "user"
@@ -98,7 +103,7 @@ def test_every_request_and_target_of_the_report_is_a_pair():
 
 def test_make_bench_runs_the_main_groups_and_bench_short_every_group():
     full, short = run.parse_arguments([]), run.parse_arguments(["--short"])
-    assert full.groups == ("main", "matrix", "gateway")
+    assert full.groups == ("main", "matrix", "gateway", "rules")
     assert short.groups == GROUPS
     assert (full.rounds, full.seconds, short.rounds, short.seconds) == (5, 5, 1, 1)
     assert full.output == run.RESULTS / "latest.md"
@@ -387,7 +392,7 @@ def test_the_micro_benchmark_runs_every_request_in_process(capsys):
     micro.main(["--rounds", "1", "--calls", "2", "--distinct-tokens", "2", "--versus",
                 "METRICS=off"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
-    keys = ["a", "a*", "b", "c", "d", "e", "f", "g", "h", "i", "s"]
+    keys = ["a", "a*", "b", "c", "d", "e", "f", "g", "h", "i", "s", "r", "v"]
     assert [line.split()[0] for line in lines] == keys
     assert all(re.search(r"µs  versus +[\d.]+ µs  ratio [\d.]+$", line) for line in lines)
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app.gateway.paths import host_name, path_readings, remove_dot_segments
 from app.gateway.rules import AccessRulesFile, RulesFileError, Verdict, parse_rules
+from tests.helpers.tools import ROOT
 
 RULES = b"""
 [[rules]]
@@ -243,8 +244,9 @@ def test_no_rewriting_is_judged_laxer_than_the_canonical_path(data, path):
 def test_the_canonical_path_is_among_the_readings_of_any_rewriting(data, path, method):
     spelled = data.draw(rewritten(path))
     readings = path_readings(spelled)
-    assert readings is not None
-    assert path in readings
+    # None: encoded more often than any upstream decodes, denied
+    assert readings is None or path in readings
+    assert readings is not None or "%2525" in spelled
 
 
 # --- the file, checked when it is read -------------------------------------------
@@ -349,3 +351,11 @@ def test_a_changed_file_is_read_again_and_a_bad_change_keeps_the_rules_in_force(
 def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(RulesFileError, match="cannot be read"):
         AccessRulesFile(str(tmp_path / "none.toml"), monotonic=lambda: 0.0, on_error=print)
+
+
+def test_the_documented_rules_file_reads():
+    text = (ROOT / "docs" / "gateway.md").read_text()
+    example = text.split("## Access rules", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    rules = parse_rules(example.encode())
+    judgment = rules.judge(("POST",), "app.example.com", "/x/..;/admin/panel")
+    assert judgment.verdict is Verdict.ADMIN
