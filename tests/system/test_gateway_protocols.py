@@ -29,6 +29,7 @@ import yaml
 from hypothesis import given, settings
 
 from app.auth.keys import load_key_ring
+from app.auth.tokens import issue_cookie_token
 from app.views.gateway import ENVOY_PREFIX
 from tests.helpers.gateway import (
     ACCESS_RULES,
@@ -178,6 +179,7 @@ def service(tmp_path_factory) -> Iterator[Service]:
         "OPEN_LOGIN": "true",  # said on purpose behind a proxy; the tests sign their tokens
         "ACCESS_RULES_FILE": str(rules),
         "SIGNING_SECRET": secret,
+        "AUTH_CHECK_COOKIE": "on",
         "LOG_LEVEL": "WARNING",
     }
     server = Gunicorn(env, 1, folder / "gunicorn.log").start()
@@ -285,6 +287,19 @@ def test_an_expired_token_is_401(ask, service):
     claims = {"username": "carol", "role": "admin", "iat": now - 60, "exp": now - 1}
     expired = load_key_ring(service.secret).current.sign(claims)
     assert_answer(ask("GET", "/reports", bearer(expired)), SERVICE_401)
+
+
+def test_the_cookie_token_passes_a_sibling_hosts_get_never_its_post(ask, service):
+    # Traefik names the method in X-Forwarded-Method; Envoy asks with the method itself.
+    token = issue_cookie_token({"source": "corp", "id": "7"}, load_key_ring(service.secret), 60)
+    cookie = {"Cookie": f"jwt={token}"}
+    status, headers, _ = ask("GET", "/reports", cookie)
+    assert (status, headers["X-Auth-Request-User"]) == (200, "corp:7")
+    sibling = {**cookie, "Sec-Fetch-Site": "same-site", "Origin": "https://other.example.com"}
+    assert ask("GET", "/reports", sibling)[0] == 200
+    assert_answer(ask("POST", "/reports", sibling), SERVICE_401)
+    named_get = {**sibling, "X-Original-Method": "GET", "X-Forwarded-Method": "GET"}
+    assert_answer(ask("POST", "/reports", named_get), SERVICE_401)  # a client's own names
 
 
 def test_the_envoy_prefix_answers_any_method_and_reads_no_body(service):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
-from tests.helpers.caddy import start_caddy
+from tests.helpers.caddy import CADDYFILE, start_caddy
 from tests.helpers.gateway import (
     ACCESS_RULES,
     ADMIN_SPELLINGS,
@@ -37,7 +38,7 @@ from tests.helpers.gateway import (
 from tests.helpers.nginx import SNIPPETS, VERDICTS, start_gateway_nginx
 from tests.helpers.servers import Gunicorn, base_environment, free_port, fresh
 from tests.helpers.tokens import bearer
-from tests.helpers.tools import ROOT
+from tests.helpers.tools import ROOT, require_tool, which
 
 pytestmark = [pytest.mark.nginx, pytest.mark.caddy, pytest.mark.gunicorn]
 
@@ -407,3 +408,18 @@ def test_the_upstream_down_is_the_proxys_own_502_not_the_services_503(kind, serv
         assert b"authentication unavailable" not in body
     finally:
         proxy.stop()
+
+
+def test_the_shipped_caddyfile_adapts_as_written(tmp_path):
+    binary = which("caddy")
+    require_tool(binary is not None, "caddy", "apt-get install caddy")
+    assert binary is not None
+    env = {**base_environment(), "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path),
+           "XDG_DATA_HOME": str(tmp_path)}  # fmt: skip
+    command = [binary, "adapt", "--config", str(CADDYFILE), "--adapter", "caddyfile"]
+    adapted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    assert adapted.returncode == 0, adapted.stderr
+    config = json.loads(adapted.stdout)
+    (server,) = config["apps"]["http"]["servers"].values()
+    assert "errors" in server  # the 503 of the check failing
+    assert "/auth/check?" in adapted.stdout
