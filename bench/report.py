@@ -19,6 +19,7 @@ TITLES = {
     "matrix": "Store matrix: the service against a floor making one store call",
     "gateway": "The protected path through nginx and Caddy: with the gateway's check, against"
     " without",
+    "rules": "The gateway's check against the floor's GET: no rules, 100 rules, Envoy's route",
     "scale": "POST /token and GET /sessions on a full store against an empty one",
 }
 

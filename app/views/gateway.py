@@ -26,7 +26,7 @@ from app.extensions import current_settings, get_access_rules, get_clock
 from app.gateway.rules import AccessRules, Judgment, Verdict
 from app.http.errors import forbidden_response, render_http_error, unauthenticated_response
 from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
-from app.http.proxy import TRUSTED_PEER_KEY, last_value
+from app.http.proxy import TRUSTED_PEER_KEY
 from app.http.request_log import note
 from app.oidc.cross_site import is_cross_site
 
@@ -161,11 +161,11 @@ def _judged(
     host = None
     if trusted:
         if envoy:
-            methods = _spellings((environ["REQUEST_METHOD"],))
+            methods = _spellings(environ["REQUEST_METHOD"])
             uris = (_envoy_uri(environ),)
         else:
-            methods = _spellings(tuple(environ[key] for key in method_keys if key in environ))
-            uris = tuple(last_value(environ[key]) for key in uri_keys if key in environ) or None
+            methods = _spellings(*(environ[key] for key in method_keys if key in environ))
+            uris = _targets(*(environ[key] for key in uri_keys if key in environ)) or None
         host = environ.get("HTTP_HOST")
     judgment = _strictest(rules, methods or None, host, uris)
     if trusted and judgment.unknown in {"the method", "the path"}:
@@ -205,10 +205,26 @@ def _strictest(
     )
 
 
-def _spellings(methods: tuple[str, ...]) -> tuple[str, ...]:
-    """Return the methods as sent and upper-cased: an upstream may take ``get`` for GET."""
-    spelled = {last_value(method) for method in methods}
+def _spellings(*headers: str) -> tuple[str, ...]:
+    """Return the methods the headers name, as sent and upper-cased (an upstream may take
+    ``get`` for GET), each of a header sent twice (joined by a comma) too."""
+    if len(headers) == 1 and headers[0].isupper() and "," not in headers[0]:
+        return headers  # the usual: one header, one method
+    spelled = {piece.strip() for header in headers for piece in header.split(",")}
     return tuple(sorted(spelled | {method.upper() for method in spelled}))
+
+
+def _targets(*headers: str) -> tuple[str, ...]:
+    """Return the URIs the headers name: each header whole (a path may hold a comma), and
+    each comma-separated piece that is a path, in case a client's header and the proxy's
+    arrived joined into one."""
+    targets = []
+    for header in headers:
+        targets.append(header)
+        if "," in header:
+            pieces = (piece.strip() for piece in header.split(","))
+            targets += [piece for piece in pieces if piece.startswith("/")]
+    return tuple(targets)
 
 
 def _envoy_uri(environ: dict[str, Any]) -> str:

@@ -182,6 +182,23 @@ def test_a_client_header_of_another_proxys_name_makes_the_verdict_only_stricter(
     )
 
 
+@pytest.mark.parametrize(
+    "uri", ["/admin/x,/app/y", "/app/y, /admin/x", "/app/y,/admin/x", "/app/a,b/../../admin/"]
+)
+def test_a_uri_with_a_comma_is_judged_whole_and_by_each_piece_that_is_a_path(gate, tokens, uri):
+    # a header a client sent and the proxy's own arrive joined by a comma: no piece escapes
+    assert nginx(gate, "GET", uri, tokens["user"]).status_code == 403
+    assert forward_auth(gate, "GET", uri, tokens["user"]).status_code == 403
+
+
+def test_a_path_with_a_comma_of_its_own_passes(gate, tokens):
+    assert nginx(gate, "GET", "/app/a,b", tokens["user"]).status_code == 200
+
+
+def test_methods_sent_twice_are_each_judged(gate, tokens):
+    assert nginx(gate, "GET, DELETE", "/app/items", tokens["user"]).status_code == 403
+
+
 def test_a_lower_case_method_is_judged_as_the_upper_case_one_too(gate, tokens):
     assert nginx(gate, "delete", "/app/items", tokens["user"]).status_code == 403
 
