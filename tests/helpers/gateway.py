@@ -165,6 +165,7 @@ ADMIN_SPELLINGS = [
     "//admin/panel",
     "///ADMIN//panel",
     "/admin%2Fpanel",
+    "/admin%2fpanel",
     "/x%2F..%2Fadmin/panel",
     "/x%2f..%2fadmin/panel",
     "/x/..%5Cadmin/panel",
