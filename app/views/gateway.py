@@ -1,12 +1,17 @@
-"""``GET /auth/check``: nginx's ``auth_request`` asks whether a request may pass, and whose it is.
+"""The gateway's check: a proxy asks whether a request may pass, and whose it is.
 
-200 with no body and the caller in oauth2-proxy's ``X-Auth-Request-*`` headers; the
-401 and 403 of the protected endpoints; 400, with a warning in the log, for a query
-other than none, ``role=user`` or ``role=admin``: nginx turns it into an error for the
-client, so a typo in its config is loud, never an open door. The check reads no body
-and writes no store (a cookie token's deny-list entry is read). With
-AUTH_CHECK_CACHE_SECONDS, a Bearer token's 200 tells nginx how long it may keep it
-(``X-Accel-Expires``). docs/gateway.md is the nginx side.
+``GET /auth/check`` answers nginx's ``auth_request``, Traefik's ForwardAuth and Caddy's
+``forward_auth``; ``/auth/ext-authz/<path>`` answers Envoy's ``ext_authz`` for the request
+of its own method and of the path after the prefix. 200 with no body and the caller in
+oauth2-proxy's ``X-Auth-Request-*`` headers; the 401 and 403 of the protected endpoints.
+Without ACCESS_RULES_FILE the check's query names the role (none, ``role=user`` or
+``role=admin``; anything else is a 400 with a warning in the log: nginx turns it into an
+error for the client, so a typo in its config is loud, never an open door). With it, the
+rules of ``app.gateway`` judge the original request the proxy names, believed from a peer
+in TRUSTED_PROXIES only, and any query is a 400. The check reads no body and writes no
+store (a cookie token's deny-list entry is read). With AUTH_CHECK_CACHE_SECONDS, a Bearer
+token's 200 tells nginx how long it may keep it (``X-Accel-Expires``). docs/gateway.md is
+the proxies' side.
 """
 
 from __future__ import annotations

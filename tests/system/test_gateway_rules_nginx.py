@@ -1,0 +1,201 @@
+"""The rules behind a real nginx with its verdict cache: one auth_request location for every
+path, the original method and URI passed on, the cache keyed on all a rule reads; a kept
+pass for one path is never a pass for another, and no spelling of the admin path reaches
+the upstream with a user's token."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from tests.helpers.nginx import nginx_binary
+from tests.helpers.servers import Gunicorn, free_port, fresh, stop_process, wait_until
+from tests.helpers.tools import require_tool
+
+pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
+
+RULES = """
+[[rules]]
+paths = ["/public/"]
+allow = "public"
+
+[[rules]]
+paths = ["/admin/"]
+allow = "admin"
+
+[[rules]]
+allow = "user"
+"""
+#: nginx's workers write the cache in the test's folder, which only its owner may enter.
+USER = "user root;\n" if os.geteuid() == 0 else ""
+#: The gateway under test: every path asks the check, which the rules answer; the cache key
+#: holds the method, the host and the URI as sent (docs/gateway.md, the verdict cache).
+SITE = """
+proxy_cache_path {prefix}/verdicts levels=1 keys_zone=verdicts:1m max_size=8m inactive=60s;
+upstream token_service {{ server 127.0.0.1:{service}; keepalive 4; }}
+server {{
+    listen 127.0.0.1:{port};
+    location / {{
+        auth_request /_check;
+        proxy_pass http://127.0.0.1:{upstream};
+    }}
+    location = /_check {{
+        internal;
+        proxy_pass http://token_service/auth/check;
+        proxy_pass_request_body off;
+        proxy_set_header Content-Length "";
+        proxy_set_header X-Original-Method $request_method;
+        proxy_set_header X-Original-URI $request_uri;
+        proxy_set_header Host $host;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_cache verdicts;
+        proxy_cache_key "$request_method $host $request_uri $http_authorization";
+        proxy_ignore_headers Cache-Control Expires;
+        proxy_cache_valid any 0;
+        proxy_cache_use_stale off;
+    }}
+}}
+"""
+
+
+class Upstream:
+    """An upstream on a free port that answers 200 and keeps the paths it was asked for."""
+
+    def __init__(self) -> None:
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = self.server.server_address[1]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Stack:
+    def __init__(self, url: str, upstream: Upstream, service: Gunicorn) -> None:
+        self.url, self.upstream, self.service = url, upstream, service
+
+    def token(self, username: str) -> str:
+        answer = fresh("POST", f"{self.service.url}/login", json={"username": username})
+        return answer.json()["accessToken"]
+
+    def get(self, path: str, token: str | None = None) -> int:
+        """Send ``path`` as it is written (no client-side normalisation) and return the status."""
+        request = requests.Request("GET", self.url + "/", headers=_bearer(token)).prepare()
+        request.url = self.url + path
+        with requests.Session() as session:
+            return session.send(request, timeout=15).status_code
+
+
+def _bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[Stack]:
+    binary = nginx_binary()
+    require_tool(binary is not None, "nginx", "apt-get install nginx")
+    folder = tmp_path_factory.mktemp("rules-nginx")
+    rules = folder / "rules.toml"
+    rules.write_text(RULES)
+    env = {
+        **{key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}},
+        "INSTANCE_PATH": str(folder / "instance"),
+        "LOG_LEVEL": "WARNING",
+        "SIGNING_SECRET": secrets.token_urlsafe(48),
+        "TRUSTED_PROXIES": "127.0.0.1/32",
+        "OPEN_LOGIN": "true",
+        "ACCESS_RULES_FILE": str(rules),
+        "AUTH_CHECK_CACHE_SECONDS": "30",
+    }
+    service = Gunicorn(env, 1, folder / "gunicorn.log").start()
+    upstream = Upstream()
+    prefix = folder / "nginx"
+    prefix.mkdir()
+    port = free_port()
+    site = SITE.format(prefix=prefix, service=service.port, port=port, upstream=upstream.port)
+    temp_paths = "\n".join(
+        f"{kind}_temp_path {prefix}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (prefix / "nginx.conf").write_text(
+        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
+        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 64; }}\n"
+        f"http {{\n{temp_paths}\naccess_log off;\n{site}}}\n"
+    )
+    error_log = prefix / "error.log"
+    process = subprocess.Popen(
+        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(error_log)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(error_log.read_text())
+        try:
+            requests.get(f"{url}/public/ready", timeout=3)
+            return True
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(ready, 15, "nginx")
+        yield Stack(url, upstream, service)
+    finally:
+        stop_process(process)
+        upstream.stop()
+        service.stop()
+
+
+def test_a_kept_pass_for_one_path_is_never_a_pass_for_another(stack):
+    user = stack.token("alice")
+    for _ in range(3):  # the second and third from the cache, for the first path
+        assert stack.get("/app/items", user) == 200
+        assert stack.get("/admin/panel", user) == 403
+    admin = stack.token("admin")
+    assert stack.get("/admin/panel", admin) == 200
+    assert stack.get("/public/logo.png") == 200
+    assert stack.get("/app/items") == 401
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ADMIN/panel",
+        "/x/..;/admin/panel",
+        "/admin;/panel",
+        "/app/..%2fadmin/panel",
+        "/app/%2e%2e/admin/panel",
+        "/%61dmin/panel",
+        "//admin//panel",
+        "/app/..%5cadmin/panel",
+    ],
+)
+def test_no_spelling_of_the_admin_path_reaches_the_upstream_with_a_users_token(stack, path):
+    user = stack.token("alice")
+    assert stack.get("/app/warm", user) == 200  # a pass kept for this token already
+    before = len(stack.upstream.seen)
+    assert stack.get(path, user) == 403
+    assert len(stack.upstream.seen) == before
