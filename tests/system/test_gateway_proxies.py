@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ from tests.helpers.gateway import (
     laxest_reading,
 )
 from tests.helpers.nginx import SNIPPETS, VERDICTS, start_gateway_nginx
-from tests.helpers.servers import Gunicorn, base_environment, free_port, fresh
+from tests.helpers.servers import Gunicorn, base_environment, fresh
 from tests.helpers.tokens import bearer
 from tests.helpers.tools import ROOT, require_tool, which
 
@@ -400,14 +401,15 @@ def test_the_token_service_stopped_is_a_json_503_never_a_pass(
 
 @pytest.mark.parametrize("kind", PROXIES)
 def test_the_upstream_down_is_the_proxys_own_502_not_the_services_503(kind, service, tmp_path):
-    gone = free_port()  # nothing listens there
-    proxy = start_proxy(kind, tmp_path / kind, service.server.port, gone)
-    try:
-        status, _, body = get(f"{proxy.url}/reports", bearer(service.mint()))
-        assert status == 502, body
-        assert b"authentication unavailable" not in body
-    finally:
-        proxy.stop()
+    with socket.socket() as held:  # bound, never listening: refused, and no one else's
+        held.bind(("127.0.0.1", 0))
+        proxy = start_proxy(kind, tmp_path / kind, service.server.port, held.getsockname()[1])
+        try:
+            status, _, body = get(f"{proxy.url}/reports", bearer(service.mint()))
+            assert status == 502, body
+            assert b"authentication unavailable" not in body
+        finally:
+            proxy.stop()
 
 
 def test_the_shipped_caddyfile_adapts_as_written(tmp_path):
