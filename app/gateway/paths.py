@@ -17,6 +17,12 @@ from urllib.parse import unquote
 #: Decodings of a twice- or thrice-encoded path an upstream might still make; a path that
 #: still changes after these is refused (no upstream decodes so often).
 MAX_DECODINGS = 3
+#: Longest path read (nginx's default header buffer is 8 KiB): a longer one is denied, so
+#: that no request makes the readings cost more than a few of them.
+MAX_PATH_LENGTH = 8192
+#: Longest path holding one of the tricks read: each is read some dozens of ways, and a
+#: longer one is denied.
+MAX_TRICKY_PATH_LENGTH = 2048
 #: What the fast path needs absent: the path then reads only as itself (and lowercased).
 TRICKS = re.compile(r"[%\\;\x00-\x1f\x7f]|//|/\.")
 PARAMETERS = re.compile(r";[^/]*")
@@ -43,19 +49,23 @@ def path_readings(uri: str) -> frozenset[str] | None:
     """Return every path an upstream could read in ``uri``, lowercased ones included, or
     None when it is no path or reads as one holding a control character."""
     path = request_target_path(uri)
-    if path is None:
+    if path is None or len(path) > MAX_PATH_LENGTH:
         return None
     if TRICKS.search(path) is None:
         return frozenset((path, path.lower()))
-    readings = {path}
-    for before in (path, PARAMETERS.sub("", path)):
+    if len(path) > MAX_TRICKY_PATH_LENGTH:
+        return None
+    spellings: set[str] = set()
+    for before in {path, PARAMETERS.sub("", path)}:
         decodings = _decodings(before)
         if decodings is None:
             return None
-        for decoded in decodings:
-            for separated in (decoded, decoded.replace("\\", "/")):
-                for stripped in (separated, PARAMETERS.sub("", separated)):
-                    readings.update(normalized(stripped))
+        for decoded in set(decodings):
+            for separated in {decoded, decoded.replace("\\", "/")}:
+                spellings.update((separated, PARAMETERS.sub("", separated)))
+    readings = {path}
+    for spelling in spellings:
+        readings.update(normalized(spelling))
     if any(CONTROL.search(reading) for reading in readings):
         return None
     return frozenset(readings | {reading.lower() for reading in readings})

@@ -212,11 +212,16 @@ def _strictest(
 
 def _spellings(*headers: str) -> tuple[str, ...]:
     """Return the methods the headers name, as sent and upper-cased (an upstream may take
-    ``get`` for GET), each of a header sent twice (joined by a comma) too."""
-    if len(headers) == 1 and headers[0].isupper() and "," not in headers[0]:
+    ``get`` for GET), each of a header sent twice (joined by a comma) too, and GET beside
+    HEAD (an upstream answers a HEAD as its GET)."""
+    (first, *others) = headers or ("",)
+    if not others and first.isupper() and "," not in first and first != "HEAD":
         return headers  # the usual: one header, one method
     spelled = {piece.strip() for header in headers for piece in header.split(",")}
-    return tuple(sorted(spelled | {method.upper() for method in spelled}))
+    spelled |= {method.upper() for method in spelled}
+    if "HEAD" in spelled:
+        spelled.add("GET")
+    return tuple(sorted(spelled))
 
 
 def _targets(*headers: str) -> tuple[str, ...]:

@@ -5,10 +5,12 @@ their answers, the path tricks through each, and the verdict cache."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import pytest
 
+from tests.helpers.openapi import assert_documented, document_of
 from tests.helpers.tokens import bearer, login
 
 pytestmark = pytest.mark.store("sqlite")
@@ -199,6 +201,26 @@ def test_methods_sent_twice_are_each_judged(gate, tokens):
     assert nginx(gate, "GET, DELETE", "/app/items", tokens["user"]).status_code == 403
 
 
+def test_a_head_is_judged_as_the_get_it_is_answered_as_too(make_rules_app, rules_file, tokens):
+    rules_file.write_text(
+        '[[rules]]\nmethods = ["GET"]\nallow = "admin"\n[[rules]]\nallow = "user"\n'
+    )
+    gate = make_rules_app().test_client()
+    for ask in (nginx, forward_auth, envoy):
+        assert ask(gate, "HEAD", "/x", tokens["user"]).status_code == 403
+        assert ask(gate, "HEAD", "/x", tokens["admin"]).status_code == 200
+        assert ask(gate, "POST", "/x", tokens["user"]).status_code == 200
+
+
+def test_a_denial_by_a_rule_is_logged_with_its_reason(gate, tokens, capfd):
+    capfd.readouterr()
+    assert nginx(gate, "GET", "/closed/x", tokens["admin"]).status_code == 403
+    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line[:1] == "{"]
+    assert [line["reason"] for line in lines if line.get("path") == "/auth/check"] == [
+        "denied_by_rule"
+    ]
+
+
 def test_a_lower_case_method_is_judged_as_the_upper_case_one_too(gate, tokens):
     assert nginx(gate, "delete", "/app/items", tokens["user"]).status_code == 403
 
@@ -272,6 +294,14 @@ def test_envoy_reads_the_path_after_the_prefix_with_its_query(gate, tokens):
     assert gate.get("/auth/ext-authzadmin", headers=bearer(tokens["user"])).status_code == 404
 
 
+def test_envoy_reads_the_path_of_a_prefix_spelled_otherwise_too(gate, tokens):
+    # routed by the decoded path; the raw one then no longer starts with the prefix as written
+    response = gate.get("/auth/ext%2Dauthz/admin/x", headers=bearer(tokens["user"]))
+    assert response.status_code == 403
+    response = gate.get("/auth/ext%2Dauthz/app/x", headers=bearer(tokens["user"]))
+    assert response.status_code == 200
+
+
 def test_without_a_rules_file_envoy_passes_any_authenticated_user(client):
     token = login(client)["accessToken"]
     assert client.post("/auth/ext-authz/admin/x", headers=bearer(token)).status_code == 200
@@ -313,3 +343,31 @@ def test_a_changed_rules_file_is_judged_within_a_second(make_rules_app, rules_fi
     rules_file.write_text('[[rules]]\npaths = ["/closed/"]\nallow = "admin"\n')
     clock.advance(1.5)
     assert nginx(gate, "GET", "/closed/x", token).status_code == 200
+
+
+def test_every_answer_with_rules_is_the_documented_one(gate, tokens):
+    document = document_of(gate)
+    for ask, status, token, uri in [
+        (nginx, 200, "admin", "/admin/panel"),
+        (nginx, 200, None, "/public/x"),
+        (nginx, 401, None, "/app/x"),
+        (nginx, 403, "user", "/admin/panel"),
+        (forward_auth, 200, "user", "/app/x"),
+    ]:
+        response = ask(gate, "GET", uri, tokens[token] if token else None)
+        assert response.status_code == status
+        assert_documented(document, "get", "/auth/check", response)
+    response = gate.get("/auth/check?role=admin", headers=bearer(tokens["admin"]))
+    assert_documented(document, "get", "/auth/check", response)
+    for method, status, token, uri in [
+        ("post", 200, "user", "/app/x"),
+        ("delete", 403, "user", "/app/x"),
+        ("get", 401, None, "/app/x"),
+        ("put", 200, None, "/public/x"),
+    ]:
+        response = envoy(gate, method.upper(), uri, tokens[token] if token else None)
+        assert response.status_code == status
+        assert_documented(document, method, "/auth/ext-authz/{path}", response)
+    response = envoy(gate, "PATCH", "/", tokens["admin"])
+    assert response.status_code == 403  # no rule for /
+    assert_documented(document, "patch", "/auth/ext-authz/", response)

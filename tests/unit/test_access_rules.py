@@ -159,7 +159,17 @@ def test_no_spelling_of_an_admin_path_passes_a_user(uri):
 
 
 @pytest.mark.parametrize(
-    "uri", ["/public/%00", "/public/%0a/x", "/public/\x7f", "/%25252525252e", "admin/x", "*"]
+    "uri",
+    [
+        "/public/" + "a" * 8200,
+        "/public/" + "a/" * 1100 + "%2e",
+        "/public/%00",
+        "/public/%0a/x",
+        "/public/\x7f",
+        "/%25252525252e",
+        "admin/x",
+        "*",
+    ],
 )
 def test_a_path_that_is_no_path_or_holds_a_control_character_is_denied(uri):
     assert verdict(uri) is Verdict.DENY
