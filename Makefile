@@ -27,7 +27,8 @@ UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
 COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --generate-hashes \
   --custom-compile-command "make requirements" --quiet
 
-.PHONY: help venv run image print-image test test-fast test-deploy lint typecheck format bench bench-short bench-scale \
+.PHONY: help venv run image print-image test test-fast test-deploy lint typecheck format bench \
+	bench-short bench-gateway bench-scale \
 	soak requirements clean
 
 help:  ## list the targets
@@ -126,6 +127,9 @@ bench: $(INSTALLED)  ## the service paired against a floor, peers, store floors,
 
 bench-short: $(INSTALLED)  ## every pair once for 1 s; fails on an unexpected status (CI)
 	$(BIN)/python -m bench.run --short
+
+bench-gateway: $(INSTALLED)  ## the gateway group: the protected path through nginx and Caddy, checked and straight
+	$(BIN)/python -m bench.run --only gateway $(BENCH_ARGS)
 
 bench-scale: $(INSTALLED)  ## the scale group: 1,000,000 stored tokens against none; workers' RSS
 	$(BIN)/python -m bench.run --only scale $(BENCH_ARGS)

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TITLES = {
     "main": "The service against the floor and two peers",
     "matrix": "Store matrix: the service against a floor making one store call",
-    "gateway": "The protected path through nginx: with the gateway's check, against without",
+    "gateway": "The protected path through nginx and Caddy: with the gateway's check, against"
+    " without",
     "rules": "The gateway's check against the floor's GET: no rules, 100 rules, Envoy's route",
     "scale": "POST /token and GET /sessions on a full store against an empty one",
 }

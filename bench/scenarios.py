@@ -61,7 +61,7 @@ REQUESTS = {
                 200, None, FORM, "token={access_token}", client=True),
         Request("s", f"GET /sessions, {HOLDER_SESSIONS} sessions", "GET", "/sessions", 200,
                 "user"),
-        Request("p", "GET /app through nginx", "GET", "/app", 200, "user"),
+        Request("p", "GET /app through the proxy", "GET", "/app", 200, "user"),
         Request("r", "GET /auth/check, 100 rules, the match the last", "GET", "/auth/check",
                 200, "user", headers=(("X-Original-Method", "GET"),
                                       ("X-Original-URI", "/app/items?page=2"))),
@@ -87,7 +87,9 @@ class App:
     store: str = "sqlite"  # the service's TOKEN_STORE_URL; the floor's FLOOR_STORE_URL
     store_floor: bool = False  # the floor makes one store operation per login or refresh
     prefill: int = 0  # refresh tokens put in the store before the app starts
-    proxy: str | None = None  # "nginx" (proxied straight) or "gateway" (auth_request first)
+    #: "nginx" or "caddy" (proxied straight), "gateway" (nginx's auth_request first) or
+    #: "caddy-gateway" (Caddy's forward_auth first, deploy/caddy/Caddyfile)
+    proxy: str | None = None
     settings: tuple[tuple[str, str], ...] = ()  # more of the service's settings
 
     @property
@@ -101,11 +103,16 @@ class App:
             name += " (one store call)"
         if self.prefill:
             name += f", {self.prefill:,} tokens stored"
-        if self.proxy == "gateway":
-            name = f"nginx + {name}'s check + floor upstream"
+        if self.proxy in ("gateway", "caddy-gateway"):
+            name = f"{self.proxy_name} + {name}'s check + floor upstream"
         elif self.proxy:
-            name = f"nginx + {name} upstream"
+            name = f"{self.proxy_name} + {name} upstream"
         return name + "".join(f", {key}={value}" for key, value in self.settings)
+
+    @property
+    def proxy_name(self) -> str:
+        """Return the proxy in front: Caddy, or nginx."""
+        return "Caddy" if self.proxy in ("caddy", "caddy-gateway") else "nginx"
 
     @property
     def own_credentials(self) -> bool:
@@ -184,6 +191,13 @@ def cases(groups: tuple[str, ...], stores: tuple[str, ...], stored_tokens: int) 
         )
         found += [Case("gateway", "p", App("service", proxy="gateway", settings=behind), straight),
                   Case("gateway", "p", cached, straight)]  # fmt: skip
+        # The same through Caddy, which keeps no verdicts: the cache's setting changes only
+        # the service's answer (X-Accel-Expires, which Caddy ignores).
+        caddy = App("floor", proxy="caddy")
+        found += [
+            Case("gateway", "p", App("service", proxy="caddy-gateway", settings=settings), caddy)
+            for settings in (behind, (*behind, ("AUTH_CHECK_CACHE_SECONDS", "5")))
+        ]
     if "rules" in groups:  # the check with 100 rules, and Envoy's route, over the floor's GET
         ruled = App("service", settings=(("ACCESS_RULES_FILE", RULES_FILE),
                                          ("TRUSTED_PROXIES", "127.0.0.1/32"),

@@ -264,7 +264,10 @@ class Stack:
     def side(self, app: App) -> Side:
         """Return ``app`` started (and waited for), starting it on first use."""
         if app not in self.sides:
-            self.sides[app] = self._proxied(app) if app.proxy else self._start(app)
+            if app.proxy in ("caddy", "caddy-gateway"):
+                self.sides[app] = self._caddied(app)
+            else:
+                self.sides[app] = self._proxied(app) if app.proxy else self._start(app)
         return self.sides[app]
 
     def held(self, app: App, service_side: App) -> clients.Credentials:
@@ -365,6 +368,59 @@ class Stack:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"nginx did not start: {(folder / 'error.log').read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.1)
+        pids = [process.pid, *upstream.pids, *(service.pids if service else [])]
+        if service is None:
+            return Side(app, url, pids)
+        return Side(app, url, pids, service.login_url, service.secret, service.service,
+                    service.client_authorization)  # fmt: skip
+
+    def _caddied(self, app: App) -> Side:
+        """Start Caddy before an upstream floor: the shipped Caddyfile (the service's check
+        first, caddy-gateway), or the same site proxying straight to the upstream (caddy)."""
+        folder = self._next("caddy-")
+        answers = folder / "upstream.json"
+        answers.write_text(json.dumps({"GET /app": UPSTREAM_ANSWER}))
+        upstream = self._start(App("floor"), answers)
+        service = None
+        if app.proxy == "caddy-gateway":
+            service = self._start(App(app.kind, app.store, settings=app.settings))
+        port = free_port()
+        upstream_address = f"127.0.0.1:{upstream.url.rsplit(':', 1)[1]}"
+        if service is None:
+            site = f"http://:{port} {{\n\tbind 127.0.0.1\n\treverse_proxy {upstream_address}\n}}\n"
+        else:
+            site = (ROOT / "deploy" / "caddy" / "Caddyfile").read_text()
+            for old, new in [
+                ("app.example.com {", f"http://:{port} {{\n\tbind 127.0.0.1"),
+                ("forward_auth 127.0.0.1:8080 {",
+                 f"forward_auth 127.0.0.1:{service.url.rsplit(':', 1)[1]} {{"),
+                ("reverse_proxy 127.0.0.1:9000 {", f"reverse_proxy {upstream_address} {{"),
+            ]:  # fmt: skip
+                if site.count(old) != 1:
+                    raise RuntimeError(f"deploy/caddy/Caddyfile: no single {old!r}")
+                site = site.replace(old, new)
+        (folder / "Caddyfile").write_text("{\n\tadmin off\n}\n\n" + site)
+        binary = shutil.which("caddy")
+        if binary is None:
+            raise RuntimeError("caddy is needed: apt-get install caddy")
+        env = {**base_environment(), "HOME": str(folder), "XDG_CONFIG_HOME": str(folder),
+               "XDG_DATA_HOME": str(folder)}  # fmt: skip
+        command = [binary, "run", "--config", str(folder / "Caddyfile"), "--adapter", "caddyfile"]
+        with (folder / "caddy.log").open("ab") as log:
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.others.append(_Stoppable(process))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"caddy did not start: {(folder / 'caddy.log').read_text()[-2000:]}"
                     ) from None
                 time.sleep(0.1)
         pids = [process.pid, *upstream.pids, *(service.pids if service else [])]

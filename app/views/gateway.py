@@ -84,8 +84,6 @@ MAX_LOGGED_QUERY = 200
 COOKIE_ROLE = "user"
 #: Methods for which a request from a sibling host of the same site may use the cookie.
 SAFE_METHODS = frozenset({"GET", "HEAD"})
-#: The header the shipped nginx snippet names the client's own method in (the check is a GET).
-ORIGINAL_METHOD = "HTTP_X_ORIGINAL_METHOD"
 #: Every answer of the check, whatever nginx may cache elsewhere.
 NO_STORE = ("Cache-Control", "no-store")
 #: Identities whose headers are kept per process (a few hundred bytes each).
@@ -330,8 +328,7 @@ def _bad_query(query: str) -> Response:
 
 def _cookie_check(required: tuple[str, ...], cache_seconds: int) -> Response:
     """Check the third-party login's cookie token (AUTH_CHECK_COOKIE), same-site requests only."""
-    method = request.environ.get(ORIGINAL_METHOD, "")
-    if is_cross_site(navigation=method in SAFE_METHODS):
+    if is_cross_site(navigation=_named_safe_method()):
         note(reason=Reason.CROSS_SITE)
         return _refused(unauthenticated_response())
     user, expires_at, reason = verified_cookie_user()
@@ -355,6 +352,17 @@ def _cookie_check(required: tuple[str, ...], cache_seconds: int) -> Response:
     if cache_seconds:
         headers.append(("X-Accel-Expires", "0"))  # never kept: a logout counts at once
     return _Bodiless(b"", 200, headers)
+
+
+def _named_safe_method() -> bool:
+    """Return whether the original request's method is a GET or HEAD: Envoy's is this
+    request's own; nginx, Traefik and Caddy name it in a header (their check is a GET).
+    Each header present must name one, since a client may write the other proxy's."""
+    environ = request.environ
+    if request.endpoint == "gateway.ext_authz":
+        return environ["REQUEST_METHOD"] in SAFE_METHODS
+    named = [environ[key] for key in ORIGINAL_METHODS if key in environ]
+    return bool(named) and all(method in SAFE_METHODS for method in named)
 
 
 def _refused(response: Response) -> Response:

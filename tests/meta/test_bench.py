@@ -74,21 +74,28 @@ def test_every_request_and_target_of_the_report_is_a_pair():
         for key in ("c", "s"):
             expected.add(("scale", key, App("service", store, prefill=100),
                           App("service", store), key, 1.05, False))  # fmt: skip
-    straight = App("floor", proxy="nginx")
+    # each proxy with the service's check against the same proxy straight to the upstream
+    straight = {
+        "gateway": App("floor", proxy="nginx"),
+        "caddy-gateway": App("floor", proxy="caddy"),
+    }
     for service in (c.service for c in everything if c.group == "gateway"):
-        assert service.proxy == "gateway"
+        assert service.proxy in straight
         assert service.kind == "service"
-        expected.add(("gateway", "p", service, straight, "p", None, False))
+        expected.add(("gateway", "p", service, straight[service.proxy], "p", None, False))
     ruled = App("service", settings=(("ACCESS_RULES_FILE", "bench/access-rules-100.toml"),
                                      ("TRUSTED_PROXIES", "127.0.0.1/32"),
                                      ("OPEN_LOGIN", "true")))  # fmt: skip
     for key, service in (("g", SERVICE), ("r", ruled), ("v", SERVICE)):
         expected.add(("rules", key, service, FLOOR, "a", 1.00, False))
     assert table == expected
-    gateways = [dict(c.service.settings) for c in everything if c.group == "gateway"]
+    gateways = [(c.service.proxy, dict(c.service.settings)) for c in everything
+                if c.group == "gateway"]  # fmt: skip
     behind = {"TRUSTED_PROXIES": "127.0.0.1/32", "OPEN_LOGIN": "true"}
-    assert gateways == [behind, {**behind, "AUTH_CHECK_CACHE_SECONDS": "5"}]
-    assert len(everything) == len(expected) == 25 + 6 + 2 + 3 + 6
+    cached = {**behind, "AUTH_CHECK_CACHE_SECONDS": "5"}
+    assert gateways == [("gateway", behind), ("gateway", cached),
+                        ("caddy-gateway", behind), ("caddy-gateway", cached)]  # fmt: skip
+    assert len(everything) == len(expected) == 25 + 6 + 4 + 3 + 6
     assert scenarios.REQUESTS["h"].body == "grant_type=client_credentials"
     assert [key for key, request in scenarios.REQUESTS.items() if request.client] == ["h", "i"]
     assert scenarios.REQUESTS["s"].bearer == "user"

@@ -3,13 +3,11 @@ that echoes what it received, asking a real gunicorn of the service (docs/gatewa
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import secrets
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,25 +19,29 @@ from urllib.parse import unquote
 
 import jwt
 import pytest
-import requests
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
-from tests.helpers.nginx import nginx_binary, site_config
-from tests.helpers.servers import Gunicorn, free_port, fresh, stop_process, wait_until
-from tests.helpers.tools import ROOT, require_tool
+from tests.helpers.gateway import (
+    ADMIN_SPELLINGS,
+    FORGED,
+    SERVICE_401,
+    SERVICE_403,
+    Echo,
+    admin_spellings,
+    get,
+    headers_of,
+)
+from tests.helpers.nginx import SNIPPETS, VERDICTS, Nginx, start_gateway_nginx
+from tests.helpers.servers import Gunicorn, fresh, wait_until
+from tests.helpers.tokens import bearer
+from tests.helpers.tools import ROOT
 
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
 
 DEPLOY = ROOT / "deploy" / "nginx"
 EXAMPLE = DEPLOY / "gateway-example.conf"
-SNIPPETS = "/etc/nginx/snippets/token-service/"
-VERDICTS = "/run/token-service-verdicts"
-#: nginx's workers write the verdict cache in the test's folder, which only its owner may
-#: enter: as root, they run as root too (the directive is ignored otherwise).
-USER = "user root;\n" if os.geteuid() == 0 else ""
 #: Locations only the tests add, each a mistake an operator could make with the snippets.
 MISTAKES = f"""
     location /typo/ {{
@@ -57,104 +59,12 @@ MISTAKES = f"""
         proxy_pass http://protected_app;
     }}
 """
-#: Identity headers a client may write, in the spellings it may choose.
-FORGED = {
-    "X-Auth-Request-User": "mallory",
-    "x-auth-request-groups": "admin",
-    "X-Auth-Request-Expires": "99999999999",
-    "X-AUTH-REQUEST-SOURCE": "forged",
-    "X-Auth-Request-Name": "forged",
-    "X-Auth-Request-Email": "mallory@example.com",
-    "X-Auth-Request-Preferred-Username": "mallory",
-    "Remote-User": "mallory",
-    "Remote-Groups": "admin",
-    "Remote-Name": "forged",
-    "Remote-Email": "mallory@example.com",
-    "X-Forwarded-User": "mallory",
-    "X-Forwarded-Groups": "admin",
-    "X_Auth_Request_User": "mallory",  # an underscore: nginx drops such names
-    "X-Remote-User": "mallory",  # names upstreams commonly trust, which the check never sets
-    "x-user": "mallory",
-    "X-AUTH-USER": "mallory",
-    "X-Email": "mallory@example.com",
-    "X-WEBAUTH-USER": "mallory",
-    "X-Auth-Request-Role": "admin",
-}
 IDENTITY = DEPLOY / "gateway-identity.conf"
 #: The names gateway-identity.conf clears: never passed on, whoever sends them.
 CLEARED = re.findall(r'^proxy_set_header (\S+) "";$', IDENTITY.read_text(), re.M)
-SERVICE_401 = (401, "text/plain", b"Unauthorized")
-SERVICE_403 = (403, "application/json", b'{"message":"No access"}\n')
-
-
-# --- the upstream: echoes what it received ------------------------------------------
-
-
-@dataclass
-class Echo:
-    """An upstream on a free port answering each request with what it received, as JSON."""
-
-    seen: list[dict[str, Any]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        echo = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                received = {
-                    "method": self.command,
-                    "path": self.path,
-                    "headers": [[name, value] for name, value in self.headers.items()],
-                    "body": self.rfile.read(length).decode("latin-1"),
-                }
-                echo.seen.append(received)
-                body = json.dumps(received).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                self.do_GET()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.server.server_address[1]
-
-    def paths(self) -> list[str]:
-        return [received["path"] for received in self.seen]
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def headers_of(received: dict[str, Any], name: str) -> list[str]:
-    """Return every value of the header ``name`` the upstream received, in any case."""
-    return [value for key, value in received["headers"] if key.lower() == name.lower()]
 
 
 # --- nginx with the shipped snippets ------------------------------------------------
-
-
-@dataclass
-class Nginx:
-    url: str
-    port: int
-    process: subprocess.Popen
-    prefix: Path
-
-    def stop(self) -> None:
-        stop_process(self.process)
 
 
 def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
@@ -196,43 +106,9 @@ def listed_headers_location() -> str:
 def start_nginx(prefix: Path, service_port: int, upstream_port: int, http: str = "") -> Nginx:
     """Start nginx with token-service.conf (its upstream), the gateway example, and the
     directives ``http`` at the http level."""
-    binary = nginx_binary()
-    require_tool(binary is not None, "nginx", "apt-get install nginx")
-    prefix.mkdir()
-    port = free_port()
-    (prefix / "site.conf").write_text(
-        site_config(free_port(), service_port, prefix / "service-access.log")
+    return start_gateway_nginx(
+        prefix, service_port, lambda port: gateway_site(port, upstream_port, prefix), http
     )
-    (prefix / "gateway.conf").write_text(gateway_site(port, upstream_port, prefix))
-    temp_paths = "\n".join(
-        f"{kind}_temp_path {prefix}/{kind};"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    (prefix / "nginx.conf").write_text(
-        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
-        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
-        f"http {{\n{temp_paths}\naccess_log off;\n{http}\ninclude {prefix}/site.conf;\n"
-        f"include {prefix}/gateway.conf;\n}}\n"
-    )
-    error_log = prefix / "error.log"
-    process = subprocess.Popen(
-        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(error_log)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(error_log.read_text())
-        try:
-            requests.get(f"{url}/_ready", timeout=3)
-            return True
-        except requests.RequestException:
-            return False
-
-    wait_until(ready, 15, "nginx")
-    return Nginx(url, port, process, prefix)
 
 
 def service_environment(instance: Path, **settings: str) -> dict[str, str]:
@@ -297,24 +173,6 @@ def gateway(echo, tmp_path_factory) -> Iterator[Gateway]:
             nginx.stop()
     finally:
         service.stop()
-
-
-def get(
-    url: str, headers: dict[str, str] | None = None, method: str = "GET", body: bytes | None = None
-):
-    """Send one request as written (header names kept); return status, headers, body."""
-    parts = url.split("/", 3)
-    connection = http.client.HTTPConnection(parts[2], timeout=10)
-    try:
-        connection.request(method, "/" + parts[3], body=body, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, response.headers, response.read()
-    finally:
-        connection.close()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def passed(gateway: Gateway, path: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -387,52 +245,6 @@ def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
     assert_refused(gateway, path, get(gateway.url + path, FORGED), SERVICE_401)
 
 
-#: Spellings of /admin/panel that nginx once matched outside /admin/ and that upstreams
-#: route to their admin pages: Express reads paths case-insensitively, Tomcat and Spring
-#: drop `;` parameters, some read `\` as `/`, decode twice, or resolve dot segments
-#: without merging slashes first.
-ADMIN_SPELLINGS = [
-    "/ADMIN/panel",
-    "/Admin/panel",
-    "/aDmIn/panel",
-    "/admin",
-    "/ADMIN",
-    "/admin.json",
-    "/%41DMIN/panel",
-    "/%61dmin/panel",
-    "/admin;/panel",
-    "/admin;jsessionid=1/panel",
-    "/;/admin/panel",
-    "/x/..;/admin/panel",
-    "/x/../admin/panel",
-    "/./admin/panel",
-    "/admin/./panel",
-    "/admin/panel/.",
-    "/x/..",
-    "/admin//../panel",
-    "/x/%2e%2e/admin/panel",
-    "/x/%2E./admin/panel",
-    "/x/.%2e/admin/panel",
-    "/%2e/admin/panel",
-    "//admin/panel",
-    "///ADMIN//panel",
-    "/admin%2Fpanel",
-    "/x%2F..%2Fadmin/panel",
-    "/x%2f..%2fadmin/panel",
-    "/x/..%5Cadmin/panel",
-    "/x/..%5cadmin/panel",
-    "/..%3B/admin/panel",
-    "/x/..%3b/admin/panel",
-    "/x\\..\\admin\\panel",
-    "/x/..\\admin/panel",
-    "/x/%252e%252e/admin/panel",
-    "/x%252F..%252Fadmin/panel",
-    "/x#/../admin/panel",
-    "/x/%00/../admin/panel",
-    "/x/%0a/../admin/panel",
-]
-
-
 def assert_never_reached(gateway: Gateway, path: str, headers: dict[str, str]) -> None:
     """Send ``path`` as written: a refusal, and nothing reached the upstream."""
     before = len(gateway.echo.seen)
@@ -474,32 +286,6 @@ def test_ordinary_paths_still_pass_for_users(gateway):
         "/padmin/x",
     ]:
         assert headers_of(passed(gateway, path, user), "X-Auth-Request-Groups") == ["user"]
-
-
-#: How an upstream may read each piece of /admin/panel: the separators, a detour that
-#: resolves to nothing, each letter of "admin", and `;` parameters.
-SEPARATORS = st.sampled_from(["/", "//", "%2F", "%2f", "\\", "%5C", "%5c"])
-DETOURS = st.sampled_from(
-    ["", "./", "x/../", "x/..;/", "x/..%3B/", "x/%2e%2e/", "x/.%2E/", "%2e/", ";/"]
-)
-PARAMETERS = st.sampled_from(["", ";", ";jsessionid=1", ";x=%2F"])
-
-
-@st.composite
-def admin_spellings(draw) -> str:
-    letters = []
-    for letter in "admin":
-        how = draw(st.sampled_from(["lower", "upper", "hex", "HEX", "twice"]))
-        if how in ("lower", "upper"):
-            letters.append(letter.upper() if how == "upper" else letter)
-        else:
-            code = f"{ord(draw(st.sampled_from([letter, letter.upper()]))):02x}"
-            hex_code = code.upper() if how == "HEX" else code
-            letters.append(f"%25{hex_code}" if how == "twice" else f"%{hex_code}")
-    separator = draw(SEPARATORS)
-    detour = draw(DETOURS).replace("/", separator)
-    lead = draw(st.sampled_from(["/", "//"]))
-    return f"{lead}{detour}{''.join(letters)}{draw(PARAMETERS)}{draw(SEPARATORS)}panel"
 
 
 @settings(max_examples=200, deadline=None)
