@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Response, url_for
+from flask import Blueprint, Response, request, url_for
 from werkzeug.exceptions import Forbidden, NotFound
 
 from app.auth.tokens import issue_cookie_token
@@ -23,30 +23,53 @@ from app.http.request_log import note
 from app.http.responses import bodiless
 from app.oidc.cross_site import is_cross_site
 from app.oidc.login_state import ROUTE_PREFIX
+from app.oidc.return_url import checked_return_url
 
 if TYPE_CHECKING:
     from app.oidc.flow import LoginFlow
 
 bp = Blueprint("oauth", __name__, url_prefix=ROUTE_PREFIX)
 
+#: Where the login start reads the URL to come back to: the query, or the header
+#: oauth2-proxy reads it from, which the shipped nginx sign-in sets (deploy/nginx/).
+RETURN_URL_PARAMETER = "rd"
+RETURN_URL_HEADER = "X-Auth-Request-Redirect"
+
 
 @bp.get("/<provider>/login")
 def login(provider: str) -> Response:
-    """Send the browser to the provider's authorization endpoint; 403 from another site."""
+    """Send the browser to the provider's authorization endpoint; 403 from another site.
+
+    The URL to come back to (``?rd=``, else ``X-Auth-Request-Redirect``) is kept if its
+    host is allowed (LOGIN_RETURN_DOMAINS); any other falls back to LOGIN_REDIRECT_URL.
+    """
     _refuse_cross_site(navigation=True)
-    location = _flow_of(provider).authorization_url(provider, _callback_url(provider))
+    flow = _flow_of(provider)
+    asked = request.args.get(RETURN_URL_PARAMETER) or request.headers.get(RETURN_URL_HEADER)
+    return_url = checked_return_url(asked, current_settings().login_return_domains)
+    location = flow.authorization_url(provider, _callback_url(provider), return_url)
     return bodiless(302, Location=location)
 
 
 @bp.get("/<provider>/callback")
 def callback(provider: str) -> Response:
-    """Check the provider's answer, set the cookie token, send the browser onwards."""
-    user = _flow_of(provider).logged_in_user(provider)
+    """Check the provider's answer, set the cookie token, send the browser onwards: back
+    to the URL the login started for, or to LOGIN_REDIRECT_URL."""
+    flow = _flow_of(provider)
+    kept = flow.pending_return_url(provider)  # read before the login's state is spent
+    user = flow.logged_in_user(provider)
     settings = current_settings()
     cookie_token = issue_cookie_token(
-        user, get_key_ring(), settings.cookie_token_lifetime, get_clock()
+        user.profile,
+        get_key_ring(),
+        settings.cookie_token_lifetime,
+        get_clock(),
+        role=user.role,
+        email=user.email,
     )
-    response = bodiless(302, Location=settings.login_redirect_url)
+    # checked again: the settings of the host that finishes the login are the ones that count
+    return_url = checked_return_url(kept, settings.login_return_domains)
+    response = bodiless(302, Location=return_url or settings.login_redirect_url)
     response.set_cookie(
         value=cookie_token, max_age=settings.cookie_token_lifetime, **_auth_cookie(settings)
     )
