@@ -1,0 +1,317 @@
+"""Browser users through the gateway: the login's way back (LOGIN_RETURN_DOMAINS), the role a
+provider's claims grant (OIDC_<NAME>_ADMIN_*), and the verified email, to the check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import quote, urlsplit
+
+import jwt
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from app.auth.tokens import InvalidTokenError, issue_cookie_token, verify_cookie_token
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
+from app.extensions import KEY_RING
+from tests.helpers.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
+
+pytestmark = pytest.mark.store("sqlite")
+
+FALLBACK = "/welcome"
+ALLOWED = "app.example.com,.apps.example.org"
+#: Return URLs a login must never send the browser to: each falls back to FALLBACK.
+TRICKS = [
+    "https://evil.test/",
+    "//evil.test/",
+    "/\\evil.test",
+    "https:evil.test",
+    "https://app.example.com@evil.test/",
+    "/%2f%2fevil.test",
+    "/%5cevil.test",
+    "/\t/evil.test",
+    "/\n/evil.test",
+    "javascript:alert(1)",
+    "https://apps.example.org/",
+]
+
+
+@pytest.fixture
+def provider() -> Iterator[HostileProvider]:
+    provider = HostileProvider()
+    yield provider
+    provider.stop()
+
+
+def browser_of(make_app, provider: HostileProvider, **settings: str) -> FlaskClient:
+    defaults = {
+        "OIDC_PROVIDERS": "evil",
+        "OIDC_EVIL_ISSUER": provider.issuer,
+        "OIDC_EVIL_CLIENT_ID": CLIENT_ID,
+        "OIDC_EVIL_CLIENT_SECRET": CLIENT_SECRET,
+        "AUTH_COOKIE_SECURE": "false",
+        "AUTH_CHECK_COOKIE": "on",
+        "LOGIN_REDIRECT_URL": FALLBACK,
+        "LOGIN_RETURN_DOMAINS": ALLOWED,
+    }
+    return make_app(**{**defaults, **settings}).test_client()
+
+
+@pytest.fixture
+def browser(make_app, provider) -> FlaskClient:
+    return browser_of(make_app, provider)
+
+
+def start(browser: FlaskClient, query: str = "", headers: dict[str, str] | None = None):
+    started = browser.get(f"/auth/evil/login{query}", headers=headers)
+    assert started.status_code == 302, started.data
+    return started
+
+
+def finish(browser: FlaskClient, started):
+    """Let the provider answer the authorization request, then call our callback."""
+    answer = requests.get(started.headers["Location"], allow_redirects=False, timeout=5)
+    callback = urlsplit(answer.headers["Location"])
+    return browser.get(f"{callback.path}?{callback.query}")
+
+
+def landing(browser: FlaskClient, query: str = "", headers: dict[str, str] | None = None) -> str:
+    """Log in from a login start of ``query``; return where the callback sends the browser."""
+    finished = finish(browser, start(browser, query, headers))
+    assert finished.status_code == 302, finished.data
+    return finished.headers["Location"]
+
+
+def cookie_claims(browser: FlaskClient) -> dict:
+    cookie = browser.get_cookie("jwt")
+    assert cookie is not None
+    return jwt.decode(cookie.value, options={"verify_signature": False})
+
+
+# --- the way back -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/reports?month=11&year=2026",
+        "https://app.example.com/reports?x=1&y=2",
+        "https://team.apps.example.org/",
+    ],
+)
+def test_the_login_returns_to_an_allowed_url(browser, url):
+    assert landing(browser, "?rd=" + quote(url, safe="")) == url
+
+
+@pytest.mark.parametrize("url", TRICKS)
+def test_a_return_url_elsewhere_falls_back_to_the_login_redirect_url(browser, url):
+    assert landing(browser, "?rd=" + quote(url, safe="")) == FALLBACK
+
+
+@pytest.mark.parametrize("url", ["/reports?a=1&b=2", "https://evil.test/"])
+def test_the_proxys_header_names_the_return_url_as_oauth2_proxy_reads_it(browser, url):
+    expected = url if url.startswith("/") else FALLBACK
+    assert landing(browser, headers={"X-Auth-Request-Redirect": url}) == expected
+
+
+def test_with_no_return_url_the_login_goes_to_the_login_redirect_url(browser):
+    assert landing(browser) == FALLBACK
+
+
+def test_each_login_returns_where_it_started_for(browser):
+    first = start(browser, "?rd=/first")
+    second = start(browser, "?rd=/second")
+    assert finish(browser, second).headers["Location"] == "/second"
+    assert finish(browser, first).headers["Location"] == "/first"
+
+
+def test_the_host_that_finishes_the_login_checks_the_return_url_again(make_app, provider):
+    first = browser_of(make_app, provider)
+    started = start(first, "?rd=" + quote("https://app.example.com/x", safe=""))
+    narrower = browser_of(make_app, provider, LOGIN_RETURN_DOMAINS=".apps.example.org")
+    narrower.set_cookie("login_state", first.get_cookie("login_state").value)
+    assert finish(narrower, started).headers["Location"] == FALLBACK
+
+
+# --- roles and email --------------------------------------------------------------------
+
+
+def test_a_third_party_user_is_a_user_with_no_mapping(browser, provider):
+    provider.claim_changes = {"groups": ["admins"]}
+    landing(browser)
+    assert cookie_claims(browser)["role"] == "user"
+    assert browser.get("/auth/check?role=admin").status_code == 403
+    answer = browser.get("/auth/check?role=user")
+    assert answer.status_code == 200
+    assert answer.headers["X-Auth-Request-Groups"] == "user"
+
+
+@pytest.mark.parametrize(
+    ("settings", "id_claims"),
+    [
+        ({"OIDC_EVIL_ADMIN_GROUPS": "ops, admins"}, {"groups": ["staff", "admins"]}),
+        ({"OIDC_EVIL_ADMIN_SUBJECTS": "bob,alice"}, {}),
+        (
+            {"OIDC_EVIL_ADMIN_EMAILS": "Alice@Example.com"},
+            {"email": "alice@example.COM", "email_verified": True},
+        ),
+    ],
+    ids=["group", "subject", "verified-email"],
+)
+def test_the_provider_settings_make_a_third_party_user_an_admin(
+    make_app, provider, settings, id_claims
+):
+    browser = browser_of(make_app, provider, **settings)
+    provider.claim_changes = id_claims
+    landing(browser)
+    assert cookie_claims(browser)["role"] == "admin"
+    answer = browser.get("/auth/check?role=admin")
+    assert answer.status_code == 200
+    assert answer.headers["X-Auth-Request-Groups"] == "admin"
+    assert set(browser.get("/api/v1/me").get_json()) == {"source", "id", "shownName"}
+
+
+@pytest.mark.parametrize(
+    ("id_claims", "userinfo"),
+    [
+        ({"groups": "admins"}, {}),  # not a list
+        ({"groups": ["Admins", "admins2"]}, {}),  # compared exactly
+        ({"groups": [["admins"]]}, {}),
+        ({"groups": None}, {"groups": "admins"}),
+        ({"groups": ["staff"]}, {"groups": ["admins"]}),  # the ID token's own claim counts
+    ],
+)
+def test_groups_that_are_not_an_admin_group_grant_nothing(make_app, provider, id_claims, userinfo):
+    browser = browser_of(make_app, provider, OIDC_EVIL_ADMIN_GROUPS="admins")
+    provider.claim_changes = id_claims
+    provider.userinfo_changes = userinfo
+    landing(browser)
+    assert cookie_claims(browser)["role"] == "user"
+
+
+def test_groups_missing_from_the_id_token_come_from_userinfo(make_app, provider):
+    browser = browser_of(make_app, provider, OIDC_EVIL_ADMIN_GROUPS="admins")
+    provider.claim_changes = {"email": "alice@example.com", "email_verified": True}
+    provider.userinfo_changes = {"groups": ["admins"]}
+    landing(browser)
+    assert cookie_claims(browser)["role"] == "admin"
+    assert len(provider.userinfo_requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("id_claims", "userinfo", "email"),
+    [
+        ({"email": "alice@example.com", "email_verified": True}, {}, "alice@example.com"),
+        ({}, {"email_verified": True}, "alice@example.com"),  # both from userinfo
+        ({"email": "alice@example.com", "email_verified": False}, {}, None),
+        ({"email": "alice@example.com", "email_verified": "true"}, {}, None),
+        ({"email": "alice@example.com"}, {"email_verified": True}, None),  # never mixed
+        ({}, {}, None),  # userinfo's email, unverified
+        ({}, {"email_verified": 1}, None),
+        ({"email": ["alice@example.com"], "email_verified": True}, {}, None),
+        ({"email": "a\nb@example.com", "email_verified": True}, {}, None),
+    ],
+)
+def test_only_a_verified_email_reaches_the_cookie_token_and_the_gateway(
+    make_app, provider, id_claims, userinfo, email
+):
+    browser = browser_of(make_app, provider, OIDC_EVIL_ADMIN_EMAILS="alice@example.com")
+    provider.claim_changes = id_claims
+    provider.userinfo_changes = userinfo
+    landing(browser)
+    claims = cookie_claims(browser)
+    assert claims.get("email") == email
+    assert claims["role"] == ("admin" if email else "user")
+    answer = browser.get("/auth/check")
+    assert answer.status_code == 200
+    assert answer.headers.get("X-Auth-Request-Email") == email
+    assert set(browser.get("/api/v1/me").get_json()) == {"source", "id", "shownName"}
+
+
+# --- the cookie token and the settings ----------------------------------------------------
+
+
+def test_the_check_passes_an_email_percent_encoded(make_app):
+    client = make_app(AUTH_CHECK_COOKIE="on").test_client()
+    ring = client.application.extensions[KEY_RING]
+    token = issue_cookie_token({"id": "1"}, ring, 60, role="admin", email="j\u00f6rg+x@example.com")
+    client.set_cookie("jwt", token)
+    answer = client.get("/auth/check?role=admin")
+    assert answer.status_code == 200
+    assert answer.headers["X-Auth-Request-Email"] == "j%C3%B6rg%2Bx@example.com"
+    assert answer.headers["X-Auth-Request-Groups"] == "admin"
+
+
+def test_a_cookie_token_from_before_roles_is_a_users(make_app):
+    client = make_app(AUTH_CHECK_COOKIE="on").test_client()
+    ring = client.application.extensions[KEY_RING]
+    token = ring.current.sign({"sub": {"id": "1"}, "exp": 2**40})
+    assert verify_cookie_token(token, ring).role == "user"
+    client.set_cookie("jwt", token)
+    assert client.get("/auth/check?role=admin").status_code == 403
+    assert "X-Auth-Request-Email" not in client.get("/auth/check").headers
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [{"role": "superuser"}, {"role": ["admin"]}, {"role": None}, {"email": 1}, {"email": {}}],
+)
+def test_a_cookie_token_with_a_bad_role_or_email_is_refused(make_app, claims):
+    client = make_app(AUTH_CHECK_COOKIE="on").test_client()
+    ring = client.application.extensions[KEY_RING]
+    token = ring.current.sign({"sub": {"id": "1"}, "exp": 2**40, **claims})
+    with pytest.raises(InvalidTokenError):
+        verify_cookie_token(token, ring)
+    client.set_cookie("jwt", token)
+    assert client.get("/auth/check").status_code == 401
+
+
+def test_a_cookie_token_is_issued_for_a_known_role_only(make_app):
+    ring = make_app().extensions[KEY_RING]
+    with pytest.raises(ValueError, match="unknown role"):
+        issue_cookie_token({"id": "1"}, ring, 60, role="root")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LOGIN_RETURN_DOMAINS", "https://app.example.com"),
+        ("LOGIN_RETURN_DOMAINS", "app.example.com:443"),
+        ("LOGIN_RETURN_DOMAINS", "*.example.com"),
+        ("LOGIN_RETURN_DOMAINS", "app.example.com/x"),
+        ("LOGIN_RETURN_DOMAINS", "..example.com"),
+        ("OIDC_EVIL_ADMIN_GROUPS", "admins,admins"),
+        ("OIDC_EVIL_ADMIN_EMAILS", "a\x00@example.com"),
+    ],
+)
+def test_a_bad_browser_setting_stops_the_start_naming_it(variable, value):
+    provider = {
+        "OIDC_PROVIDERS": "evil",
+        "OIDC_EVIL_ISSUER": "https://idp.example.com",
+        "OIDC_EVIL_CLIENT_ID": "c",
+        "OIDC_EVIL_CLIENT_SECRET": "s",
+    }
+    with pytest.raises(ConfigError, match=variable):
+        Settings.load({**provider, variable: value}, environ={})
+
+
+def test_the_browser_settings_are_read():
+    settings = Settings.load(
+        {
+            "LOGIN_RETURN_DOMAINS": "App.Example.com, .apps.example.org",
+            "OIDC_PROVIDERS": "evil",
+            "OIDC_EVIL_ISSUER": "https://idp.example.com",
+            "OIDC_EVIL_CLIENT_ID": "c",
+            "OIDC_EVIL_CLIENT_SECRET": "s",
+            "OIDC_EVIL_ADMIN_GROUPS": "ops,admins",
+            "OIDC_EVIL_ADMIN_SUBJECTS": "248289761001",
+            "OIDC_EVIL_ADMIN_EMAILS": "Root@Example.com",
+        },
+        environ={},
+    )
+    assert settings.login_return_domains == ("app.example.com", ".apps.example.org")
+    (provider,) = settings.identity_providers
+    assert provider.admin_groups == ("ops", "admins")
+    assert provider.admin_subjects == ("248289761001",)
+    assert provider.admin_emails == ("root@example.com",)
