@@ -1,0 +1,249 @@
+"""Browser sign-in through the shipped gateway: a real nginx with deploy/nginx/
+gateway-browser-example.conf and gateway-signin.conf, a real gunicorn of the service and a
+real OpenID Connect provider (node oidc-provider), and an upstream that echoes what it got.
+
+A browser (Accept: text/html) without a cookie token is sent to sign in, logs in at the
+provider and lands back on the URL it asked for; the upstream then sees who it is, with the
+role the provider's groups grant and the email only when the provider verified it. An API
+client keeps its 401.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urljoin
+
+import pytest
+import requests
+
+from tests.helpers.echo_upstream import EchoUpstream, headers_of
+from tests.helpers.nginx import nginx_binary, site_config
+from tests.helpers.oidc_harness import node_unavailable_reason, start_provider, walk_login
+from tests.helpers.servers import Gunicorn, free_port, stop_process, wait_until
+from tests.helpers.tools import ROOT, require_tool
+
+pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn, pytest.mark.oidc]
+
+DEPLOY = ROOT / "deploy" / "nginx"
+EXAMPLE = DEPLOY / "gateway-browser-example.conf"
+SIGNIN = DEPLOY / "gateway-signin.conf"
+SNIPPETS = "/etc/nginx/snippets/token-service/"
+USER = "user root;\n" if os.geteuid() == 0 else ""
+CLIENT_ID = "token-service"
+CLIENT_SECRET = "oidc-client-secret-for-tests-only"
+FALLBACK = "/welcome"
+#: Accept of a browser's navigation (Chromium's).
+PAGE = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+class Browser(requests.Session):
+    """A cookie-keeping client that asks for pages, as a browser navigates; 10 s at most."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trust_env = False
+        self.headers["Accept"] = PAGE
+
+    def request(self, *args, **kwargs):
+        kwargs.setdefault("timeout", 10)
+        return super().request(*args, **kwargs)
+
+
+@dataclass
+class Site:
+    url: str
+    issuer: str
+    echo: EchoUpstream
+
+    def sign_in(self, browser: Browser, path: str, login: str) -> requests.Response:
+        """Ask for ``path`` as a browser, sign in at the provider as ``login``, and follow
+        the callback's redirect; return the last answer."""
+        asked = browser.get(self.url + path, allow_redirects=False)
+        assert asked.status_code == 302, asked.text
+        authorize = asked.headers["Location"]
+        assert authorize.startswith(self.issuer + "/"), authorize
+        to_callback = walk_login(browser, authorize, login=login)
+        callback = urljoin(authorize, to_callback.headers["Location"])
+        assert callback.startswith(f"{self.url}/auth/local/callback?"), callback
+        return browser.get(callback)
+
+
+def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
+    text = EXAMPLE.read_text()
+    for old, new in [
+        ("listen 8082;", f"listen 127.0.0.1:{port};"),
+        ("server 127.0.0.1:9001;", f"server 127.0.0.1:{upstream_port};"),
+        ("/run/token-service-verdicts", str(prefix / "verdicts")),
+    ]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text.replace(SNIPPETS, f"{prefix}/snippets/")
+
+
+def start_nginx(prefix: Path, port: int, service_port: int, upstream_port: int):
+    binary = nginx_binary()
+    require_tool(binary is not None, "nginx", "apt-get install nginx")
+    snippets = prefix / "snippets"
+    snippets.mkdir(parents=True)
+    for name in ("gateway-check.conf", "gateway-identity.conf"):
+        (snippets / name).write_text((DEPLOY / name).read_text())
+    signin = SIGNIN.read_text()
+    assert signin.count("/auth/corp/login?") == 1
+    (snippets / "gateway-signin.conf").write_text(signin.replace("/corp/", "/local/"))
+    (prefix / "site.conf").write_text(
+        site_config(free_port(), service_port, prefix / "service-access.log")
+    )
+    (prefix / "gateway.conf").write_text(gateway_site(port, upstream_port, prefix))
+    temp_paths = "\n".join(
+        f"{kind}_temp_path {prefix}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (prefix / "nginx.conf").write_text(
+        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
+        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
+        f"http {{\n{temp_paths}\naccess_log off;\ninclude {prefix}/site.conf;\n"
+        f"include {prefix}/gateway.conf;\n}}\n"
+    )
+    error_log = prefix / "error.log"
+    process = subprocess.Popen(
+        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(error_log)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(error_log.read_text())
+        try:
+            requests.get(f"http://127.0.0.1:{port}/auth/local/login", timeout=3)
+            return True
+        except requests.RequestException:
+            return False
+
+    wait_until(ready, 15, "nginx")
+    return process
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[Site]:
+    """nginx before the service (cookie check on, the provider's ``admins`` group made
+    admins, this host allowed to return to) and a provider that knows nginx's callback."""
+    reason = node_unavailable_reason()
+    require_tool(reason is None, "node and the oidc-provider package", str(reason))
+    folder = tmp_path_factory.mktemp("signin")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [f"{url}/auth/local/callback"])
+    echo = EchoUpstream()
+    env = {
+        **{key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}},
+        "INSTANCE_PATH": str(folder / "instance"),
+        "LOG_LEVEL": "INFO",
+        "SIGNING_SECRET": secrets.token_urlsafe(48),
+        "TRUSTED_PROXIES": "127.0.0.1/32",
+        "OPEN_LOGIN": "true",
+        "AUTH_CHECK_COOKIE": "on",
+        "AUTH_COOKIE_SECURE": "false",
+        "PUBLIC_URL": url,
+        "LOGIN_REDIRECT_URL": FALLBACK,
+        "LOGIN_RETURN_DOMAINS": "127.0.0.1",
+        "OIDC_PROVIDERS": "local",
+        "OIDC_LOCAL_ISSUER": provider.issuer,
+        "OIDC_LOCAL_CLIENT_ID": CLIENT_ID,
+        "OIDC_LOCAL_CLIENT_SECRET": CLIENT_SECRET,
+        "OIDC_LOCAL_ADMIN_GROUPS": "admins",
+    }
+    service = Gunicorn(env, 1, folder / "gunicorn.log")
+    try:
+        service.start()
+        nginx = start_nginx(folder / "nginx", port, service.port, echo.port)
+        try:
+            yield Site(url, provider.issuer, echo)
+        finally:
+            stop_process(nginx)
+    finally:
+        service.kill()
+        echo.stop()
+        provider.stop()
+
+
+def test_a_browser_signs_in_and_lands_back_where_it_asked_as_an_admin(site):
+    browser = Browser()
+    path = "/admin/reports?month=11&year=2026&q=a%26b"
+    landed = site.sign_in(browser, path, login="admin-alice")
+    assert landed.status_code == 200, landed.text
+    assert landed.url == site.url + path
+    received = landed.json()
+    assert received["path"] == path
+    for name, value in [
+        ("X-Auth-Request-User", "local:admin-alice"),
+        ("X-Auth-Request-Groups", "admin"),
+        ("X-Auth-Request-Email", "admin-alice@example.com"),
+        ("Remote-Email", "admin-alice@example.com"),
+        ("X-Auth-Request-Name", "Admin%20Alice%20Example"),
+    ]:
+        assert headers_of(received, name) == [value], name
+
+
+def test_a_signed_in_user_is_a_user_and_an_unverified_email_never_passes(site):
+    browser = Browser()
+    landed = site.sign_in(browser, "/reports", login="bob-unverified")
+    assert landed.status_code == 200, landed.text
+    received = landed.json()
+    assert headers_of(received, "X-Auth-Request-Groups") == ["user"]
+    assert headers_of(received, "X-Auth-Request-Email") == []
+    forged = {"X-Auth-Request-Email": "root@example.com", "Remote-Email": "root@example.com"}
+    received = browser.get(site.url + "/reports/again", headers=forged).json()
+    assert headers_of(received, "X-Auth-Request-Email") == []
+    assert headers_of(received, "Remote-Email") == []
+    refused = browser.get(site.url + "/admin/panel", allow_redirects=False)
+    assert refused.status_code == 403  # signed in: no second sign-in, the 403
+    assert "/admin/panel" not in site.echo.paths()
+
+
+@pytest.mark.parametrize("accept", [None, "application/json", "*/*", "text/plain"])
+def test_an_api_client_keeps_its_401(site, accept):
+    headers = {} if accept is None else {"Accept": accept}
+    answer = requests.get(site.url + "/reports", headers=headers, allow_redirects=False, timeout=10)
+    assert answer.status_code == 401
+    assert answer.text == "Unauthorized"
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert "Location" not in answer.headers
+
+
+def test_a_browser_asking_through_another_host_name_lands_on_the_login_redirect_url(site):
+    browser = Browser()
+    asked = browser.get(site.url + "/reports", headers={"Host": "evil.test"}, allow_redirects=False)
+    assert asked.status_code == 302
+    # requests files the cookie under the Host header's name; a browser would have asked
+    # for the evil.test page on this very address, so the cookie is this address's
+    browser.cookies.set("login_state", browser.cookies.get("login_state", domain="evil.test"))
+    to_callback = walk_login(browser, asked.headers["Location"], login="carol")
+    callback = urljoin(asked.headers["Location"], to_callback.headers["Location"])
+    finished = browser.get(callback, allow_redirects=False)
+    assert finished.status_code == 302, finished.text
+    assert finished.headers["Location"] == FALLBACK
+
+
+def test_a_return_url_the_client_writes_in_the_header_is_replaced_by_nginxs(site):
+    browser = Browser()
+    forged = {"X-Auth-Request-Redirect": "https://evil.test/"}
+    asked = browser.get(site.url + "/reports/mine", headers=forged, allow_redirects=False)
+    to_callback = walk_login(browser, asked.headers["Location"], login="erin")
+    callback = urljoin(asked.headers["Location"], to_callback.headers["Location"])
+    finished = browser.get(callback, allow_redirects=False)
+    assert finished.headers["Location"] == site.url + "/reports/mine"
+
+
+def test_the_clients_own_query_never_names_the_return_url(site):
+    browser = Browser()
+    asked = browser.get(site.url + "/reports?rd=https://evil.test/", allow_redirects=False)
+    to_callback = walk_login(browser, asked.headers["Location"], login="dave")
+    callback = urljoin(asked.headers["Location"], to_callback.headers["Location"])
+    finished = browser.get(callback, allow_redirects=False)
+    assert finished.headers["Location"] == site.url + "/reports?rd=https://evil.test/"
