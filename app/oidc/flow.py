@@ -89,13 +89,14 @@ class LoginFlow:
         subject = id_claims.get("sub")
         if not isinstance(subject, str) or not 0 < len(subject) <= MAX_USER_FIELD_LENGTH:
             raise _login_failed(provider, "the provider sent no usable ID token subject")
-        claims = _with_userinfo(client, subject, token, id_claims)
+        userinfo = _userinfo_if_needed(client, subject, token, id_claims)
+        claims = {**userinfo, **id_claims}
         shown_name = _shown_name(claims)
         user = {"source": provider, "id": subject}
         if shown_name is not None:
             user["shownName"] = shown_name[:MAX_USER_FIELD_LENGTH]
         # the email and its verification are taken from the same answer, never mixed
-        email = verified_email(id_claims if "email" in id_claims else claims)
+        email = verified_email(id_claims if "email" in id_claims else userinfo)
         role = third_party_role(client.identity_provider, subject, claims.get(GROUPS_CLAIM), email)
         current_app.logger.info(
             "third-party login: provider=%s id=%r role=%s", provider, subject, role
@@ -103,21 +104,21 @@ class LoginFlow:
         return CookieUser(user, role, email)
 
 
-def _with_userinfo(
+def _userinfo_if_needed(
     client: ProviderClient, subject: str, token: dict[str, Any], id_claims: dict[str, Any]
 ) -> dict[str, Any]:
-    """Return the ID token's claims, completed from the userinfo endpoint when they lack the
-    name, the email or (with OIDC_<NAME>_ADMIN_GROUPS) the groups (OIDC Core 5.4)."""
+    """Return the userinfo endpoint's claims when the ID token's lack the name, the email or
+    (with OIDC_<NAME>_ADMIN_GROUPS) the groups (OIDC Core 5.4); else an empty dict."""
     wanted = ["email"]
     if client.identity_provider.admin_groups:
         wanted.append(GROUPS_CLAIM)
     has_name = _shown_name(id_claims) is not None
     if has_name and all(claim in id_claims for claim in wanted):
-        return id_claims
+        return {}
     # with a name already, a provider with no userinfo endpoint has nothing more to say
     if has_name and "userinfo_endpoint" not in client.load_server_metadata():
-        return id_claims
-    return {**_userinfo_of(client, subject, token), **id_claims}
+        return {}
+    return _userinfo_of(client, subject, token)
 
 
 def _userinfo_of(client: ProviderClient, subject: str, token: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import jwt
 import pytest
 import requests
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.auth.tokens import InvalidTokenError, issue_cookie_token, verify_cookie_token
 from app.config.parsers import ConfigError
@@ -134,6 +136,35 @@ def test_the_host_that_finishes_the_login_checks_the_return_url_again(make_app, 
     assert finish(narrower, started).headers["Location"] == FALLBACK
 
 
+#: Pieces of return URLs, hostile and not, that Hypothesis strings together.
+PIECES = [
+    "/", "//", "\\", "http:", "https:", "javascript:", "://", "app.example.com",
+    "x.apps.example.org", "apps.example.org", "evil.test", ".", "..", "@", ":", ":443",
+    "%2f", "%5c", "%25", "%2e", "?", "#", "&", "\t", "\n", " ", "\u3002",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(url=st.lists(st.sampled_from(PIECES), max_size=8).map("".join))
+def test_a_login_never_lands_on_a_host_that_is_not_allowed(browser, url):
+    location = landing(browser.application.test_client(), "?rd=" + quote(url, safe=""))
+    if location != FALLBACK:
+        assert location == url
+        parts = urlsplit(location)
+        if parts.scheme or parts.netloc:
+            assert parts.scheme in {"http", "https"}
+            assert parts.hostname == "app.example.com" or str(parts.hostname).endswith(
+                ".apps.example.org"
+            )
+            assert "@" not in parts.netloc
+        else:
+            assert location.startswith("/")
+            assert location[1:2] not in {"/", "\\"}
+        assert not any(character in location for character in "\\\t\n\r ")
+
+
 # --- roles and email --------------------------------------------------------------------
 
 
@@ -207,6 +238,7 @@ def test_groups_missing_from_the_id_token_come_from_userinfo(make_app, provider)
         ({"email": "alice@example.com", "email_verified": False}, {}, None),
         ({"email": "alice@example.com", "email_verified": "true"}, {}, None),
         ({"email": "alice@example.com"}, {"email_verified": True}, None),  # never mixed
+        ({"email_verified": True}, {}, None),  # the ID token's word on userinfo's email
         ({}, {}, None),  # userinfo's email, unverified
         ({}, {"email_verified": 1}, None),
         ({"email": ["alice@example.com"], "email_verified": True}, {}, None),
