@@ -91,7 +91,7 @@ def _resembled_setting(name: str, known: tuple[str, ...]) -> str | None:
         # OIDC_<NAME>_<SUFFIX>, the name itself perhaps with an underscore
         candidates = [
             f"OIDC_{rest.rsplit('_', cut)[0]}_{suffix}"
-            for cut in (1, 2)
+            for cut in (1, 2, 3)
             if rest.count("_") >= cut
             for suffix in PROVIDER_SUFFIXES
         ]

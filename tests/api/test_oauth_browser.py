@@ -347,3 +347,17 @@ def test_the_browser_settings_are_read():
     assert provider.admin_groups == ("ops", "admins")
     assert provider.admin_subjects == ("248289761001",)
     assert provider.admin_emails == ("root@example.com",)
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("OIDC_CORP_ADMIN_GROUP", "OIDC_CORP_ADMIN_GROUPS"),
+        ("OIDC_MY_IDP_ADMIN_EMAIL", "OIDC_MY_IDP_ADMIN_EMAILS"),
+        ("OIDC_CORP_ADMINS_SUBJECTS", "OIDC_CORP_ADMIN_SUBJECTS"),
+        ("LOGIN_RETURN_DOMAIN", "LOGIN_RETURN_DOMAINS"),
+    ],
+)
+def test_a_misspelled_browser_setting_stops_the_start(variable, meant):
+    with pytest.raises(ConfigError, match=f"did you mean {meant}"):
+        Settings.load(environ={variable: "x"})
