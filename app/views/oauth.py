@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Response, request, url_for
+from flask import Blueprint, Response, current_app, request, url_for
 from werkzeug.exceptions import Forbidden, NotFound
 
 from app.auth.tokens import issue_cookie_token
@@ -34,6 +34,8 @@ bp = Blueprint("oauth", __name__, url_prefix=ROUTE_PREFIX)
 #: oauth2-proxy reads it from, which the shipped nginx sign-in sets (deploy/nginx/).
 RETURN_URL_PARAMETER = "rd"
 RETURN_URL_HEADER = "X-Auth-Request-Redirect"
+#: Longest piece of a refused return URL the warning quotes.
+MAX_LOGGED_RETURN_URL = 200
 
 
 @bp.get("/<provider>/login")
@@ -47,6 +49,12 @@ def login(provider: str) -> Response:
     flow = _flow_of(provider)
     asked = request.args.get(RETURN_URL_PARAMETER) or request.headers.get(RETURN_URL_HEADER)
     return_url = checked_return_url(asked, current_settings().login_return_domains)
+    if asked and return_url is None:
+        current_app.logger.warning(
+            "third-party login: return URL %r refused (neither a path here nor on a host of"
+            " LOGIN_RETURN_DOMAINS): the login will end at LOGIN_REDIRECT_URL",
+            asked[:MAX_LOGGED_RETURN_URL],
+        )
     location = flow.authorization_url(provider, _callback_url(provider), return_url)
     return bodiless(302, Location=location)
 

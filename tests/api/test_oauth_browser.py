@@ -107,8 +107,9 @@ def test_the_login_returns_to_an_allowed_url(browser, url):
 
 
 @pytest.mark.parametrize("url", TRICKS)
-def test_a_return_url_elsewhere_falls_back_to_the_login_redirect_url(browser, url):
+def test_a_return_url_elsewhere_falls_back_to_the_login_redirect_url(browser, url, caplog):
     assert landing(browser, "?rd=" + quote(url, safe="")) == FALLBACK
+    assert f"return URL {url!r} refused" in caplog.text
 
 
 @pytest.mark.parametrize("url", ["/reports?a=1&b=2", "https://evil.test/"])
