@@ -2,13 +2,15 @@
 
 ``GET /auth/<provider>/login`` sends the browser to the provider;
 ``GET /auth/<provider>/callback`` takes its answer, sets the cookie token that
-``GET /api/v1/me`` reads and sends the browser on; ``POST /auth/logout`` refuses
+``GET /api/v1/me`` reads and sends the browser on (back to the page the login started
+for, or to LOGIN_REDIRECT_URL); ``POST /auth/logout`` refuses
 that token from then on and clears the cookie, with or without a provider
 configured. The login start and the logout refuse another site's request.
 """
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, current_app, request, url_for
@@ -36,6 +38,19 @@ RETURN_URL_PARAMETER = "rd"
 RETURN_URL_HEADER = "X-Auth-Request-Redirect"
 #: Longest piece of a refused return URL the warning quotes.
 MAX_LOGGED_RETURN_URL = 200
+#: What the callback answers to send the browser back to the page the login started for.
+ONWARD_PAGE = (
+    '<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+    '<meta http-equiv="refresh" content="0;url=\'{url}\'">'
+    '<title>Signed in</title><p>Signed in. <a href="{url}">Continue</a></p>\n'
+)
+#: The page runs no script, loads nothing and may not be framed or kept.
+ONWARD_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 
 
 @bp.get("/<provider>/login")
@@ -77,7 +92,10 @@ def callback(provider: str) -> Response:
     )
     # checked again: the settings of the host that finishes the login are the ones that count
     return_url = checked_return_url(kept, settings.login_return_domains)
-    response = bodiless(302, Location=return_url or settings.login_redirect_url)
+    if return_url is None:
+        response = bodiless(302, Location=settings.login_redirect_url)
+    else:
+        response = _onward_page(return_url)
     response.set_cookie(
         value=cookie_token, max_age=settings.cookie_token_lifetime, **_auth_cookie(settings)
     )
@@ -94,6 +112,24 @@ def logout() -> Response:
     log_out_cookie_token()
     response = bodiless(204)
     response.delete_cookie(**_auth_cookie(current_settings()))
+    return response
+
+
+def _onward_page(url: str) -> Response:
+    """Return a page of this site that sends the browser on to ``url`` itself.
+
+    A 302 would not do: a browser marks every request of a redirect chain that passed
+    through the provider's site as cross-site (``Sec-Fetch-Site``), and the gateway's
+    cookie check refuses such a request. A page's refresh is this site's own request.
+    """
+    # the URL is printable ASCII (return_url.py); these four would end the attribute or
+    # the refresh's URL early, and are written percent-encoded in a URL anyway
+    for character, encoded in (("'", "%27"), ('"', "%22"), ("<", "%3C"), (">", "%3E")):
+        url = url.replace(character, encoded)
+    shown = html.escape(url)
+    page = ONWARD_PAGE.format(url=shown)
+    response = Response(page, 200, mimetype="text/html")
+    response.headers.update(ONWARD_PAGE_HEADERS)
     return response
 
 

@@ -18,6 +18,7 @@ from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.extensions import KEY_RING
 from tests.helpers.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
+from tests.helpers.onward_page import onward_url
 
 pytestmark = pytest.mark.store("sqlite")
 
@@ -79,10 +80,18 @@ def finish(browser: FlaskClient, started):
 
 
 def landing(browser: FlaskClient, query: str = "", headers: dict[str, str] | None = None) -> str:
-    """Log in from a login start of ``query``; return where the callback sends the browser."""
-    finished = finish(browser, start(browser, query, headers))
-    assert finished.status_code == 302, finished.data
-    return finished.headers["Location"]
+    """Log in from a login start of ``query``; return where the callback sends the browser:
+    LOGIN_REDIRECT_URL by a 302, the page the login started for by a page of its own."""
+    return onward(finish(browser, start(browser, query, headers)))
+
+
+def onward(finished) -> str:
+    if finished.status_code == 302:
+        assert finished.headers["Location"] == FALLBACK
+        return FALLBACK
+    assert finished.status_code == 200, finished.data
+    assert finished.mimetype == "text/html"
+    return onward_url(finished.get_data(as_text=True))
 
 
 def cookie_claims(browser: FlaskClient) -> dict:
@@ -125,8 +134,8 @@ def test_with_no_return_url_the_login_goes_to_the_login_redirect_url(browser):
 def test_each_login_returns_where_it_started_for(browser):
     first = start(browser, "?rd=/first")
     second = start(browser, "?rd=/second")
-    assert finish(browser, second).headers["Location"] == "/second"
-    assert finish(browser, first).headers["Location"] == "/first"
+    assert onward(finish(browser, second)) == "/second"
+    assert onward(finish(browser, first)) == "/first"
 
 
 def test_the_host_that_finishes_the_login_checks_the_return_url_again(make_app, provider):
@@ -134,7 +143,7 @@ def test_the_host_that_finishes_the_login_checks_the_return_url_again(make_app, 
     started = start(first, "?rd=" + quote("https://app.example.com/x", safe=""))
     narrower = browser_of(make_app, provider, LOGIN_RETURN_DOMAINS=".apps.example.org")
     narrower.set_cookie("login_state", first.get_cookie("login_state").value)
-    assert finish(narrower, started).headers["Location"] == FALLBACK
+    assert onward(finish(narrower, started)) == FALLBACK
 
 
 #: Pieces of return URLs, hostile and not, that Hypothesis strings together.
@@ -164,6 +173,21 @@ def test_a_login_never_lands_on_a_host_that_is_not_allowed(browser, url):
             assert location.startswith("/")
             assert location[1:2] not in {"/", "\\"}
         assert not any(character in location for character in "\\\t\n\r ")
+
+
+def test_the_page_back_is_this_sites_own_request_and_writes_the_url_safely(browser):
+    url = "/reports?q=%22&x='<b>&y=1"
+    finished = finish(browser, start(browser, "?rd=" + quote(url, safe="")))
+    page = finished.get_data(as_text=True)
+    assert onward_url(page) == "/reports?q=%22&x=%27%3Cb%3E&y=1"
+    assert "<b>" not in page
+    assert finished.headers["Cache-Control"] == "no-store"
+    assert (
+        finished.headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
+    )
+    assert finished.headers["Referrer-Policy"] == "no-referrer"
+    assert "Location" not in finished.headers
+    assert browser.get_cookie("jwt") is not None
 
 
 # --- roles and email --------------------------------------------------------------------
