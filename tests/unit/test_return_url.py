@@ -120,7 +120,7 @@ PIECES = [
 ]  # fmt: skip
 
 
-@settings(max_examples=2000)
+@settings(max_examples=1000)
 @given(st.lists(st.sampled_from(PIECES), max_size=10).map("".join) | st.text(max_size=40))
 def test_a_kept_url_never_leads_to_a_host_that_is_not_allowed(url):
     kept = checked_return_url(url, ALLOWED)
