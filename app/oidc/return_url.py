@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-#: Longest return URL kept: it rides in the login-state cookie beside the login's data.
-MAX_RETURN_URL_LENGTH = 2048
+#: Longest return URL kept: it rides in the login-state cookie beside the login's data,
+#: and three pending logins with one each must keep that cookie under a browser's 4 KB.
+MAX_RETURN_URL_LENGTH = 512
 #: Printable ASCII but the backslash, which browsers read as ``/`` in http(s) URLs.
 PLAIN = re.compile(r"[!-\[\]-~]+")
 #: A path on the service's own host: one slash, then no second slash or backslash.

@@ -3,6 +3,8 @@ provider's claims grant (OIDC_<NAME>_ADMIN_*), and the verified email, to the ch
 
 from __future__ import annotations
 
+import secrets
+import string
 from collections.abc import Iterator
 from urllib.parse import quote, urlsplit
 
@@ -17,6 +19,8 @@ from app.auth.tokens import InvalidTokenError, issue_cookie_token, verify_cookie
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
 from app.extensions import KEY_RING
+from app.oidc.flow import MAX_PENDING_LOGINS
+from app.oidc.return_url import MAX_RETURN_URL_LENGTH
 from tests.helpers.hostile_provider import CLIENT_ID, CLIENT_SECRET, HostileProvider
 from tests.helpers.onward_page import onward_url
 
@@ -129,6 +133,27 @@ def test_the_proxys_header_names_the_return_url_as_oauth2_proxy_reads_it(browser
 
 def test_with_no_return_url_the_login_goes_to_the_login_redirect_url(browser):
     assert landing(browser) == FALLBACK
+
+
+def test_pending_logins_with_the_longest_return_urls_fit_in_the_login_state_cookie(browser):
+    characters = (
+        string.ascii_letters + string.digits + "\"'<>&-._~!$()*+,;=:@"
+    )  # no %: random escapes are refused
+    urls = [
+        "/" + "".join(secrets.choice(characters) for _ in range(MAX_RETURN_URL_LENGTH - 1))
+        for _ in range(MAX_PENDING_LOGINS + 1)
+    ]
+    started = [start(browser, "?rd=" + quote(url, safe="")) for url in urls]
+    cookie = browser.get_cookie("login_state")
+    assert len(f"login_state={cookie.value}; HttpOnly; Path=/; SameSite=Lax") < 4000
+    for url, login in list(zip(urls, started, strict=True))[-MAX_PENDING_LOGINS:]:
+        expected = url.replace("'", "%27").replace('"', "%22").replace("<", "%3C")
+        assert onward(finish(browser, login)) == expected.replace(">", "%3E")
+
+
+def test_a_return_url_longer_than_the_cookie_holds_falls_back(browser):
+    assert landing(browser, "?rd=/" + "a" * MAX_RETURN_URL_LENGTH) == FALLBACK
+    assert landing(browser, "?rd=/" + "a" * (MAX_RETURN_URL_LENGTH - 1)) != FALLBACK
 
 
 def test_each_login_returns_where_it_started_for(browser):
