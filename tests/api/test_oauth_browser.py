@@ -136,9 +136,8 @@ def test_with_no_return_url_the_login_goes_to_the_login_redirect_url(browser):
 
 
 def test_pending_logins_with_the_longest_return_urls_fit_in_the_login_state_cookie(browser):
-    characters = (
-        string.ascii_letters + string.digits + "\"'<>&-._~!$()*+,;=:@"
-    )  # no %: random escapes are refused
+    # no %: the escapes it would start at random are refused
+    characters = string.ascii_letters + string.digits + "\"'<>&-._~!$()*+,;=:@"
     urls = [
         "/" + "".join(secrets.choice(characters) for _ in range(MAX_RETURN_URL_LENGTH - 1))
         for _ in range(MAX_PENDING_LOGINS + 1)
