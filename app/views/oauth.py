@@ -11,6 +11,7 @@ configured. The login start and the logout refuse another site's request.
 from __future__ import annotations
 
 import html
+import re
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, current_app, request, url_for
@@ -36,7 +37,7 @@ bp = Blueprint("oauth", __name__, url_prefix=ROUTE_PREFIX)
 #: oauth2-proxy reads it from, which the shipped nginx sign-in sets (deploy/nginx/).
 RETURN_URL_PARAMETER = "rd"
 RETURN_URL_HEADER = "X-Auth-Request-Redirect"
-#: Longest piece of a refused return URL the warning quotes.
+#: Longest piece of a refused return URL the warning quotes (never its query).
 MAX_LOGGED_RETURN_URL = 200
 #: What the callback answers to send the browser back to the page the login started for.
 ONWARD_PAGE = (
@@ -65,10 +66,12 @@ def login(provider: str) -> Response:
     asked = request.args.get(RETURN_URL_PARAMETER) or request.headers.get(RETURN_URL_HEADER)
     return_url = checked_return_url(asked, current_settings().login_return_domains)
     if asked and return_url is None:
+        # without its query: a page's query may hold a token of its own
+        shown = re.split(r"[?#]", asked, maxsplit=1)[0][:MAX_LOGGED_RETURN_URL]
         current_app.logger.warning(
             "third-party login: return URL %r refused (neither a path here nor on a host of"
             " LOGIN_RETURN_DOMAINS): the login will end at LOGIN_REDIRECT_URL",
-            asked[:MAX_LOGGED_RETURN_URL],
+            shown,
         )
     location = flow.authorization_url(provider, _callback_url(provider), return_url)
     return bodiless(302, Location=location)

@@ -125,6 +125,14 @@ def test_a_return_url_elsewhere_falls_back_to_the_login_redirect_url(browser, ur
     assert f"return URL {url!r} refused" in caplog.text
 
 
+def test_a_refused_return_urls_query_is_never_logged(browser, caplog):
+    assert (
+        landing(browser, "?rd=" + quote("https://evil.test/x?token=s3cret#k", safe="")) == FALLBACK
+    )
+    assert "return URL 'https://evil.test/x' refused" in caplog.text
+    assert "s3cret" not in caplog.text
+
+
 @pytest.mark.parametrize("url", ["/reports?a=1&b=2", "https://evil.test/"])
 def test_the_proxys_header_names_the_return_url_as_oauth2_proxy_reads_it(browser, url):
     expected = url if url.startswith("/") else FALLBACK
