@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,8 +72,12 @@ class Site:
         """Ask for ``path`` as a browser, sign in at the provider as ``login``, and go where
         the callback's page sends the browser; return the last answer."""
         asked = browser.get(self.url + path, allow_redirects=False)
+        authorize = urljoin(asked.url, asked.headers.get("Location", ""))
+        while asked.status_code == 302 and authorize.startswith(self.url + "/"):
+            # Caddy's sign-in is a redirect to the login start of the same site
+            asked = browser.get(authorize, allow_redirects=False)
+            authorize = urljoin(asked.url, asked.headers.get("Location", ""))
         assert asked.status_code == 302, asked.text
-        authorize = asked.headers["Location"]
         assert authorize.startswith(self.issuer + "/"), authorize
         to_callback = walk_login(browser, authorize, login=login)
         callback = urljoin(authorize, to_callback.headers["Location"])
@@ -141,18 +147,10 @@ def start_nginx(prefix: Path, port: int, service_port: int, upstream_port: int):
     return process
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Iterator[Site]:
-    """nginx before the service (cookie check on, the provider's ``admins`` group made
-    admins, this host allowed to return to) and a provider that knows nginx's callback."""
-    reason = node_unavailable_reason()
-    require_tool(reason is None, "node and the oidc-provider package", str(reason))
-    folder = tmp_path_factory.mktemp("signin")
-    port = free_port()
-    url = f"http://{HOST}:{port}"
-    provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [f"{url}/auth/local/callback"])
-    echo = EchoUpstream()
-    env = {
+def service_environment(folder: Path, issuer: str) -> dict[str, str]:
+    """Return the service's settings behind a gateway on HOST: the cookie check on, the
+    provider's ``admins`` group made admins, HOST allowed to return to."""
+    return {
         **{key: value for key, value in os.environ.items() if key in {"PATH", "HOME"}},
         "INSTANCE_PATH": str(folder / "instance"),
         "LOG_LEVEL": "INFO",
@@ -164,11 +162,25 @@ def site(tmp_path_factory) -> Iterator[Site]:
         "LOGIN_REDIRECT_URL": FALLBACK,
         "LOGIN_RETURN_DOMAINS": HOST,
         "OIDC_PROVIDERS": "local",
-        "OIDC_LOCAL_ISSUER": provider.issuer,
+        "OIDC_LOCAL_ISSUER": issuer,
         "OIDC_LOCAL_CLIENT_ID": CLIENT_ID,
         "OIDC_LOCAL_CLIENT_SECRET": CLIENT_SECRET,
         "OIDC_LOCAL_ADMIN_GROUPS": "admins",
     }
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[Site]:
+    """nginx before the service (cookie check on, the provider's ``admins`` group made
+    admins, this host allowed to return to) and a provider that knows nginx's callback."""
+    reason = node_unavailable_reason()
+    require_tool(reason is None, "node and the oidc-provider package", str(reason))
+    folder = tmp_path_factory.mktemp("signin")
+    port = free_port()
+    url = f"http://{HOST}:{port}"
+    provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [f"{url}/auth/local/callback"])
+    echo = EchoUpstream()
+    env = service_environment(folder, provider.issuer)
     service = Gunicorn(env, 1, folder / "gunicorn.log")
     try:
         service.start()
@@ -271,3 +283,106 @@ def test_a_real_browser_signs_in_through_the_gateway_and_lands_back(site, tmp_pa
     assert headers_of(received, "X-Auth-Request-User") == ["local:admin-zoe"]
     assert headers_of(received, "X-Auth-Request-Groups") == ["admin"]
     assert headers_of(received, "X-Auth-Request-Email") == ["admin-zoe@example.com"]
+
+
+# --- Caddy: docs/gateway.md's forward_auth sign-in ----------------------------------------
+
+
+def caddy_signin_block() -> str:
+    """Return docs/gateway.md's Caddy sign-in block."""
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    match = re.search(
+        r"<!-- caddy-signin:start -->\n```caddy\n(.*?)```\n<!-- caddy-signin:end -->", page, re.S
+    )
+    assert match, "no caddy-signin block"
+    return match.group(1)
+
+
+def caddyfile(port: int, service_port: int, upstream_port: int) -> str:
+    block = caddy_signin_block()
+    for old, new in [
+        ("127.0.0.1:8080", f"127.0.0.1:{service_port}"),
+        ("/auth/corp/", "/auth/local/"),
+    ]:
+        assert block.count(old) == 1, old
+        block = block.replace(old, new)
+    return (
+        "{\n    admin off\n    auto_https off\n}\n"
+        f"http://{HOST}:{port} {{\n"
+        "    @login path_regexp ^/auth/[a-z0-9_-]+/(login|callback)$\n"
+        f"    handle @login {{\n        reverse_proxy 127.0.0.1:{service_port}\n    }}\n"
+        f"    handle {{\n{block}\n        reverse_proxy 127.0.0.1:{upstream_port}\n    }}\n"
+        "}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def caddy_site(tmp_path_factory) -> Iterator[Site]:
+    """Caddy with the documented sign-in before the service and the provider, as ``site``."""
+    caddy = shutil.which("caddy")
+    require_tool(caddy is not None, "caddy", "apt-get install caddy")
+    reason = node_unavailable_reason()
+    require_tool(reason is None, "node and the oidc-provider package", str(reason))
+    folder = tmp_path_factory.mktemp("caddy-signin")
+    port = free_port()
+    url = f"http://{HOST}:{port}"
+    provider = start_provider(free_port(), CLIENT_ID, CLIENT_SECRET, [f"{url}/auth/local/callback"])
+    echo = EchoUpstream()
+    service = Gunicorn(service_environment(folder, provider.issuer), 1, folder / "gunicorn.log")
+    try:
+        service.start()
+        (folder / "Caddyfile").write_text(caddyfile(port, service.port, echo.port))
+        environment = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(folder),
+            "XDG_DATA_HOME": str(folder / "data"),
+            "XDG_CONFIG_HOME": str(folder / "config"),
+        }
+        log = (folder / "caddy.log").open("wb")
+        process = subprocess.Popen(
+            [str(caddy), "run", "--config", str(folder / "Caddyfile"), "--adapter", "caddyfile"],
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError((folder / "caddy.log").read_text())
+            try:
+                requests.get(f"{url}/auth/local/login", timeout=3)
+                return True
+            except requests.RequestException:
+                return False
+
+        try:
+            wait_until(ready, 15, "caddy")
+            yield Site(url, provider.issuer, echo)
+        finally:
+            stop_process(process)
+            log.close()
+    finally:
+        service.kill()
+        echo.stop()
+        provider.stop()
+
+
+def test_caddys_documented_sign_in_sends_a_browser_to_the_login_and_back(caddy_site):
+    browser = Browser()
+    landed = caddy_site.sign_in(browser, "/reports", login="admin-carol")
+    assert landed.status_code == 200, landed.text
+    received = landed.json()
+    assert received["path"] == "/reports"
+    assert headers_of(received, "X-Auth-Request-Groups") == ["admin"]
+    assert headers_of(received, "X-Auth-Request-Email") == ["admin-carol@example.com"]
+
+
+@pytest.mark.parametrize("accept", [None, "application/json"])
+def test_caddys_documented_sign_in_keeps_an_api_clients_401(caddy_site, accept):
+    headers = {} if accept is None else {"Accept": accept}
+    answer = requests.get(
+        caddy_site.url + "/reports", headers=headers, allow_redirects=False, timeout=10
+    )
+    assert answer.status_code == 401
+    assert answer.text == "Unauthorized"
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
