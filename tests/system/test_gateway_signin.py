@@ -5,7 +5,9 @@ real OpenID Connect provider (node oidc-provider), and an upstream that echoes w
 A browser (Accept: text/html) without a cookie token is sent to sign in, logs in at the
 provider and lands back on the URL it asked for; the upstream then sees who it is, with the
 role the provider's groups grant and the email only when the provider verified it. An API
-client keeps its 401.
+client keeps its 401. Driven by a client that asks for pages, and once by Debian's
+headless Chromium, whose requests say which site they come from (Sec-Fetch-Site). The
+same through Caddy, with docs/gateway.md's forward_auth block.
 """
 
 from __future__ import annotations
