@@ -223,21 +223,53 @@ def _verified_access_claims(
     return username, role, claims["iat"], claims["exp"], standard
 
 
+@dataclass(frozen=True)
+class CookieUser:
+    """A cookie token's third-party user, and what their login granted them.
+
+    ``profile`` is the token's ``sub`` object ``{source, id, shownName}``, what
+    ``GET /api/v1/me`` answers; ``role`` and ``email`` are claims beside it, so that
+    answer never changes shape.
+    """
+
+    profile: dict[str, str]
+    role: str = "user"
+    email: str | None = None
+
+
 def issue_cookie_token(
-    user: dict[str, str], keys: KeyRing, lifetime: int, clock: Clock = SYSTEM_CLOCK
+    user: dict[str, str],
+    keys: KeyRing,
+    lifetime: int,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    role: str = "user",
+    email: str | None = None,
 ) -> str:
     """Return a cookie token, signed with the current key, naming the third-party ``user``
-    as its ``sub`` object."""
+    as its ``sub`` object, with their ``role`` and their verified ``email`` beside it."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
     # jti: a logout denies its token's signing input, and two logins of one user in the
     # same second would otherwise sign the same one, so that one logout ended both
-    claims = {"sub": user, "exp": int(clock()) + lifetime, "jti": secrets.token_urlsafe(16)}
+    claims: dict[str, Any] = {
+        "sub": user,
+        "exp": int(clock()) + lifetime,
+        "jti": secrets.token_urlsafe(16),
+        "role": role,
+    }
+    if email is not None:
+        claims["email"] = email
     return keys.current.sign(claims)
 
 
 def verify_cookie_token(
     token: str, keys: KeyRing, clock_skew: int = DEFAULT_CLOCK_SKEW, clock: Clock = SYSTEM_CLOCK
-) -> dict[str, Any]:
-    """Return the user ``{source, id, shownName}`` of a valid cookie token, or raise."""
+) -> CookieUser:
+    """Return the user of a valid cookie token, or raise.
+
+    A token with no ``role`` (issued before roles were) is a ``user``'s.
+    """
     # PyJWT 2.10 started to insist that ``sub`` is a string (RFC 7519); this token's
     # ``sub`` is an object by contract, so that one check is off here and nowhere else.
     # Signature, algorithm and expiry are still verified, and the type is checked below.
@@ -249,7 +281,13 @@ def verify_cookie_token(
         raise InvalidTokenError("exp claim must be a number")
     if any(not isinstance(user.get(name, ""), str) for name in COOKIE_USER_FIELDS):
         raise InvalidTokenError("sub fields must be strings")
-    return {name: user[name] for name in COOKIE_USER_FIELDS if name in user}
+    role, email = claims.get("role", "user"), claims.get("email")
+    if role not in ROLES:
+        raise InvalidTokenError("role claim must be user or admin")
+    if email is not None and not isinstance(email, str):
+        raise InvalidTokenError("email claim must be a string")
+    profile = {name: user[name] for name in COOKIE_USER_FIELDS if name in user}
+    return CookieUser(profile, role, email)
 
 
 def logout_digest(token: str) -> str:

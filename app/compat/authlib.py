@@ -1,7 +1,9 @@
 """What the service relies on in Authlib beyond its public API.
 
 The session keys under which its Flask client keeps pending logins, read to bound the
-login-state cookie.
+login-state cookie. Its public side is relied on too: the keywords a login is saved
+with (``save_authorize_data``) come back from ``framework.get_state_data``, which is how
+the return URL rides with the login's state (app/oidc/flow.py).
 
 tests/unit/test_compat.py checks each assumption against the installed release.
 """

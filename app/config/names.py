@@ -7,7 +7,8 @@ instead. A variable that is not a setting counts as near one when either:
 - it starts with a setting family's prefix (``SIGNING``, ``TOKEN_STORE``,
   ``ACCESS_TOKEN``, ``REFRESH_TOKEN``, ``COOKIE_TOKEN``, ``AUTH_COOKIE``,
   ``RATE_LIMIT``, ``LOGIN_FAILURE``, ``TRUSTED_PROX``, ``OIDC_``), unless it is an
-  ``OIDC_<NAME>_ISSUER``/``_CLIENT_ID``/``_CLIENT_SECRET``/``_SCOPES`` provider variable;
+  ``OIDC_<NAME>_ISSUER``/``_CLIENT_ID``/``_CLIENT_SECRET``/``_SCOPES``/``_ADMIN_GROUPS``/
+  ``_ADMIN_SUBJECTS``/``_ADMIN_EMAILS`` provider variable;
 - or it is 8 characters or longer and at most 2 edits (a letter added, dropped,
   changed, or two neighbours swapped) from a setting's name of 8 characters or longer.
 
@@ -41,8 +42,16 @@ FAMILY_PREFIXES = (
 MIN_COMPARED_LENGTH = 8
 #: Most edits between a misspelled name and the setting's.
 MAX_EDITS = 2
-PROVIDER_SETTING = re.compile(r"OIDC_[A-Z0-9_]+_(ISSUER|CLIENT_ID|CLIENT_SECRET|SCOPES)")
-PROVIDER_SUFFIXES = ("ISSUER", "CLIENT_ID", "CLIENT_SECRET", "SCOPES")
+PROVIDER_SUFFIXES = (
+    "ISSUER",
+    "CLIENT_ID",
+    "CLIENT_SECRET",
+    "SCOPES",
+    "ADMIN_GROUPS",
+    "ADMIN_SUBJECTS",
+    "ADMIN_EMAILS",
+)
+PROVIDER_SETTING = re.compile(rf"OIDC_[A-Z0-9_]+_({'|'.join(PROVIDER_SUFFIXES)})")
 #: What Kubernetes sets for every service in a pod's namespace (service links).
 SERVICE_LINK = re.compile(
     r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_[A-Z]+)?)?)"
@@ -82,7 +91,7 @@ def _resembled_setting(name: str, known: tuple[str, ...]) -> str | None:
         # OIDC_<NAME>_<SUFFIX>, the name itself perhaps with an underscore
         candidates = [
             f"OIDC_{rest.rsplit('_', cut)[0]}_{suffix}"
-            for cut in (1, 2)
+            for cut in (1, 2, 3)
             if rest.count("_") >= cut
             for suffix in PROVIDER_SUFFIXES
         ]

@@ -38,6 +38,10 @@ HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 #: One audience of TOKEN_AUDIENCE or of a registered client: a URL or a plain name.
 AUDIENCE = re.compile(r"[!-+\--~]{1,256}")
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+#: A host of LOGIN_RETURN_DOMAINS: lowercase DNS labels or an IPv4 address, with a leading
+#: dot for its subdomains.
+DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+RETURN_DOMAIN = re.compile(rf"\.?{DNS_LABEL}(\.{DNS_LABEL})*")
 #: A rate limit's window of zero: ``5 per 0 seconds``, ``5/0 minute``.
 ZERO_WINDOW = re.compile(r"(/|\bper)\s*0+\s*[a-z]", re.IGNORECASE)
 #: The schemes of TOKEN_STORE_URL: SQLite, then Redis (TCP, TLS, a Unix socket).
@@ -285,6 +289,30 @@ def audiences(name: str, value: str) -> tuple[str, ...]:
             )
     if len(set(names)) != len(names):
         raise ConfigError(f"{name} names an audience twice")
+    return names
+
+
+def return_domains(name: str, value: str) -> tuple[str, ...]:
+    """Return comma-separated hosts, each ``app.example.com`` or ``.example.com`` (any
+    subdomain), in lowercase; a scheme, port, path or wildcard is refused."""
+    hosts = tuple(item.strip().lower() for item in value.split(",") if item.strip())
+    for host in hosts:
+        if not RETURN_DOMAIN.fullmatch(host) or len(host) > 253:
+            raise ConfigError(
+                f"{name}: each entry is a host (app.example.com) or a leading dot and a"
+                f" domain for its subdomains (.example.com), got {host[:40]!r}"
+            )
+    return hosts
+
+
+def subjects(name: str, value: str) -> tuple[str, ...]:
+    """Return comma-separated names (groups, subjects, emails), each printable, none twice."""
+    names = tuple(item.strip() for item in value.split(",") if item.strip())
+    for item in names:
+        if not item.isprintable() or len(item) > 256:
+            raise ConfigError(f"{name}: an entry is at most 256 printable characters")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{name} names {names[0]!r} or another entry twice")
     return names
 
 

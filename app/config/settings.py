@@ -91,6 +91,12 @@ class IdentityProvider:
     client_id: str
     client_secret: str = field(repr=False)
     scopes: str = "openid profile email"
+    #: Values of the provider's ``groups`` claim that make its user an admin.
+    admin_groups: tuple[str, ...] = ()
+    #: The provider's ``sub`` values of admins.
+    admin_subjects: tuple[str, ...] = ()
+    #: Verified emails (compared in lowercase) of admins.
+    admin_emails: tuple[str, ...] = ()
 
     @property
     def discovery_url(self) -> str:
@@ -98,7 +104,8 @@ class IdentityProvider:
 
     @classmethod
     def from_env(cls, name: str, source: Mapping[str, Any]) -> IdentityProvider:
-        """Read ``OIDC_<NAME>_ISSUER``, ``_CLIENT_ID``, ``_CLIENT_SECRET`` and ``_SCOPES``."""
+        """Read ``OIDC_<NAME>_ISSUER``, ``_CLIENT_ID``, ``_CLIENT_SECRET``, ``_SCOPES`` and the
+        optional ``_ADMIN_GROUPS``, ``_ADMIN_SUBJECTS`` and ``_ADMIN_EMAILS``."""
         prefix = provider_env_prefix(name)
 
         def read(suffix: str, default: str | None = None) -> str:
@@ -106,6 +113,9 @@ class IdentityProvider:
             if value is None or not str(value).strip():
                 raise ConfigError(f"{prefix}{suffix} is required for provider {name!r}")
             return str(value).strip()
+
+        def listed(suffix: str) -> tuple[str, ...]:
+            return parse.subjects(prefix + suffix, str(source.get(prefix + suffix, "")))
 
         scopes = read("SCOPES", "openid profile email")
         if "openid" not in scopes.split():
@@ -116,6 +126,9 @@ class IdentityProvider:
             client_id=read("CLIENT_ID"),
             client_secret=read("CLIENT_SECRET"),
             scopes=scopes,
+            admin_groups=listed("ADMIN_GROUPS"),
+            admin_subjects=listed("ADMIN_SUBJECTS"),
+            admin_emails=tuple(email.lower() for email in listed("ADMIN_EMAILS")),
         )
 
 
@@ -219,6 +232,10 @@ class Settings:
     #: Read as names from OIDC_PROVIDERS, then completed from OIDC_<NAME>_* variables.
     identity_providers: tuple[IdentityProvider, ...] = providers_setting("OIDC_PROVIDERS")
     login_redirect_url: str = setting("LOGIN_REDIRECT_URL", parse.redirect_target, "/api/v1/me")
+    #: Hosts a login may send the browser back to (``?rd=``); (): LOGIN_REDIRECT_URL only.
+    login_return_domains: tuple[str, ...] = setting(
+        "LOGIN_RETURN_DOMAINS", parse.return_domains, ()
+    )
     public_url: str | None = setting("PUBLIC_URL", parse.url, None)
     refresh_token_rotation: bool = setting("REFRESH_TOKEN_ROTATION", parse.boolean, False)
     refresh_token_reuse_grace: float = setting(

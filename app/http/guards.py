@@ -14,6 +14,7 @@ from werkzeug.exceptions import Unauthorized
 
 from app.auth.tokens import (
     ROLES,
+    CookieUser,
     InvalidTokenError,
     logout_digest,
     signed_texts,
@@ -79,7 +80,7 @@ def verified_bearer_claims() -> tuple[dict[str, Any] | None, str]:
     return claims, ""
 
 
-def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
+def verified_cookie_user() -> tuple[CookieUser | None, int, str]:
     """Return the user named by the request's cookie token and its expiry (whole seconds),
     or None, 0 and the Reason it is refused.
 
@@ -98,20 +99,21 @@ def verified_cookie_user() -> tuple[dict[str, Any] | None, int, str]:
     expires_at = _signed_expiry(token)
     if expires_at is None:
         return None, 0, Reason.MALFORMED
-    if "id" in user:
-        note(user=user["id"])
+    if "id" in user.profile:
+        note(user=user.profile["id"])
     if _is_logged_out(token):
         return None, 0, Reason.LOGGED_OUT
     return user, expires_at, ""
 
 
-def authenticated_cookie_user() -> dict[str, Any]:
-    """Return the user named by the request's cookie token, or 401 (no Bearer challenge)."""
+def authenticated_cookie_user() -> dict[str, str]:
+    """Return the user ``{source, id, shownName}`` named by the request's cookie token, or
+    401 (no Bearer challenge)."""
     user, _, reason = verified_cookie_user()
     if user is None:
         note(reason=reason)
         raise Unauthorized()
-    return user
+    return user.profile
 
 
 def log_out_cookie_token() -> None:
@@ -135,8 +137,8 @@ def log_out_cookie_token() -> None:
     store = get_store()
     for digest in _deny_digests(token):
         store.deny(digest, expires_at + settings.clock_skew)
-    if "id" in user:
-        note(user=user["id"])
+    if "id" in user.profile:
+        note(user=user.profile["id"])
     note(event=Event.LOGOUT)
 
 

@@ -50,6 +50,7 @@ class ProviderClient(FlaskOAuth2App):
         )
         self.issuer = provider.issuer
         self.discovery_url = provider.discovery_url
+        self.identity_provider = provider
 
     def load_server_metadata(self) -> dict[str, Any]:
         """Return the checked discovery document, fetched on first use; 502 if unusable.

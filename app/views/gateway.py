@@ -80,8 +80,6 @@ ORIGINAL_METHODS = ("HTTP_X_ORIGINAL_METHOD", "HTTP_X_FORWARDED_METHOD")
 ORIGINAL_URIS = ("HTTP_X_ORIGINAL_URI", "HTTP_X_FORWARDED_URI")
 #: Longest piece of a bad query the warning quotes.
 MAX_LOGGED_QUERY = 200
-#: The role of a cookie token: a third-party user is never the admin.
-COOKIE_ROLE = "user"
 #: Methods for which a request from a sibling host of the same site may use the cookie.
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 #: Every answer of the check, whatever nginx may cache elsewhere.
@@ -335,20 +333,22 @@ def _cookie_check(required: tuple[str, ...], cache_seconds: int) -> Response:
     if user is None:
         note(reason=reason)
         return _refused(unauthenticated_response())
-    if not role_allows(COOKIE_ROLE, required):
+    if not role_allows(user.role, required):
         note(reason=Reason.WRONG_ROLE)
         return _refused(forbidden_response())
     headers: list[tuple[str, Any]] = [
-        ("X-Auth-Request-Groups", COOKIE_ROLE),
+        ("X-Auth-Request-Groups", user.role),
         ("X-Auth-Request-Expires", str(expires_at)),
         NO_STORE,
     ]
-    identity = cookie_identity(user)
+    identity = cookie_identity(user.profile)
     if identity is not None:
         headers.append(("X-Auth-Request-User", identity))
     for field, name in (("source", "Source"), ("shownName", "Name")):
-        if field in user:
-            headers.append((f"X-Auth-Request-{name}", header_text(user[field])))
+        if field in user.profile:
+            headers.append((f"X-Auth-Request-{name}", header_text(user.profile[field])))
+    if user.email is not None:  # verified at the login, or never signed into the token
+        headers.append(("X-Auth-Request-Email", header_text(user.email)))
     if cache_seconds:
         headers.append(("X-Accel-Expires", "0"))  # never kept: a logout counts at once
     return _Bodiless(b"", 200, headers)

@@ -184,6 +184,7 @@ def test_discovery_fields_cannot_reconfigure_the_client(browser, provider):
 
 
 def test_profile_in_the_id_token_is_used_without_calling_userinfo(browser, provider):
+    provider.claim_changes = {"email": "alice@example.com", "email_verified": True}
     provider.userinfo_changes = {"name": "Someone Else"}
     assert log_in(browser).status_code == 302
     assert browser.get("/api/v1/me").get_json()["shownName"] == "Alice Example"

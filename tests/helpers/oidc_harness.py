@@ -68,7 +68,8 @@ def expected_claims(login: str) -> dict:
         "given_name": parts[0] if parts else local,
         "family_name": "Example",
         "email": login if "@" in login else f"{login}@example.com",
-        "email_verified": True,
+        "email_verified": "unverified" not in login,
+        "groups": ["admins"] if login.startswith("admin") else ["staff"],
     }
 
 

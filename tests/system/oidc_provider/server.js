@@ -78,6 +78,8 @@ if (!['client_secret_basic', 'client_secret_post'].includes(authMethod)) {
 //   "alice"      -> name "Alice Example", email "alice@example.com"
 //   "bob.smith"  -> name "Bob Smith Example", email "bob.smith@example.com"
 //   "carol@x.io" -> name "Carol Example", email "carol@x.io"
+// A login that starts with "admin" is in the group "admins", any other in "staff"; a
+// login that contains "unverified" has email_verified false.
 function claimsFor(accountId) {
   const local = accountId.split('@')[0];
   const parts = local.split(/[._-]+/).filter(Boolean)
@@ -89,7 +91,8 @@ function claimsFor(accountId) {
     given_name: givenName,
     family_name: 'Example',
     email: accountId.includes('@') ? accountId : `${accountId}@example.com`,
-    email_verified: true,
+    email_verified: !accountId.includes('unverified'),
+    groups: accountId.startsWith('admin') ? ['admins'] : ['staff'],
   };
 }
 
@@ -127,7 +130,7 @@ const provider = new Provider(issuer, {
   scopes: ['openid', 'profile', 'email'],
   claims: {
     openid: ['sub'],
-    profile: ['name', 'given_name', 'family_name'],
+    profile: ['name', 'given_name', 'family_name', 'groups'],
     email: ['email', 'email_verified'],
   },
   // By default (OIDC Core 5.4), claims requested by scope (name, email) are
