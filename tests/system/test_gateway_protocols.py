@@ -53,6 +53,7 @@ IDENTITY = [
     "X-Auth-Request-Expires",
     "X-Auth-Request-Source",
     "X-Auth-Request-Name",
+    "X-Auth-Request-Email",  # a third-party user's verified email
 ]
 #: What each proxy must remove of a client's: the check's names, Authelia's, and the names
 #: deploy/nginx/gateway-identity.conf clears.
@@ -61,6 +62,7 @@ STRIPPED = [
     "Remote-User",
     "Remote-Groups",
     "Remote-Name",
+    "Remote-Email",
     *re.findall(
         r'^proxy_set_header (\S+) "";$',
         (ROOT / "deploy" / "nginx" / "gateway-identity.conf").read_text(),
