@@ -199,8 +199,11 @@ class SessionPage:
 
 
 def new_session_id() -> str:
-    """Return a new session id: 128 random bits, url-safe."""
-    return secrets.token_urlsafe(16)
+    """Return a new session id: over 128 random bits, url-safe, never beginning with "-",
+    which a command line (``flask sessions end USER ID``) would take for an option."""
+    while (session_id := secrets.token_urlsafe(17)).startswith("-"):
+        pass
+    return session_id
 
 
 def to_the_minute(now: float) -> int:

@@ -49,7 +49,8 @@ def list_command(username: str) -> None:
 def end_command(username: str, session_id: str | None) -> None:
     """End USERNAME's session SESSION_ID (from `list`): its refresh tokens are revoked.
     With no SESSION_ID, log USERNAME out everywhere: every session ends, and every access
-    token issued until now is refused (on every host within SESSION_CUTOFF_REFRESH s)."""
+    token issued until now is refused (on every host within SESSION_CUTOFF_REFRESH s).
+    An id that begins with "-" (made before ids stopped doing so) follows "--"."""
     command_logging()  # the security event is a line of the service's log
     if session_id is not None:
         with store_errors():

@@ -20,6 +20,8 @@ from app.backends.interface import (
     RefreshTokenPolicy,
     RefreshTokenStore,
     Session,
+    is_session_id,
+    new_session_id,
     successor_of,
 )
 from app.config.clock import Clock
@@ -244,6 +246,14 @@ def test_a_session_used_within_the_idle_timeout_is_never_refused(make_store, clo
     for _ in range(9):  # every 20 s, across minutes
         clock.advance(20)
         assert store.owner_of(token) == "alice"
+
+
+def test_a_new_session_id_is_random_url_safe_and_never_an_option():
+    ids = [new_session_id() for _ in range(5000)]  # one id in 64 would begin with "-"
+    assert len(set(ids)) == len(ids)
+    assert all(is_session_id(each) and len(each) >= 22 for each in ids)  # 128 bits and more
+    assert not any(each.startswith("-") for each in ids)
+    assert {each[0] for each in ids} >= {"_", "A", "z", "0"}  # the rest of the alphabet
 
 
 def test_describe_tells_what_owner_of_accepts_with_its_times(make_store, clock):
