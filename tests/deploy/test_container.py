@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import requests
+import yaml
 
 from tests.helpers.containers import (
     TOOLS,
@@ -30,11 +31,12 @@ from tests.helpers.containers import (
     podman_environment,
 )
 from tests.helpers.servers import free_port, wait_until
-from tests.helpers.tools import require_tool
+from tests.helpers.tools import ROOT, require_tool
 
 pytestmark = pytest.mark.container
 
 INSTANCE = "/var/lib/token-service"
+CONFIGMAP = ROOT / "deploy" / "kubernetes" / "base" / "configmap.yaml"
 USERS_FILE = f"{INSTANCE}/users.json"
 PASSWORD = "correct horse battery staple"
 #: gunicorn's graceful_timeout (app/serving/gunicorn_config.py), and the stop timeout the
@@ -301,3 +303,29 @@ def test_a_missing_or_bad_setting_exits_with_the_services_one_line_error(image, 
     assert int(state.stdout) == 1
     (line,) = (logs.stdout + logs.stderr).splitlines()
     assert line.startswith(named), line
+
+
+def test_it_starts_on_an_empty_folder_of_another_user_writable_by_all_with_the_configmap(
+    image, tmp_path
+):
+    """As on Kubernetes: an emptyDir on the instance volume (root's, mode 0777), and the
+    ConfigMap's settings (deploy/kubernetes/base/configmap.yaml), its users file aside.
+    The service refuses such a folder as its instance folder; the ConfigMap names one
+    inside it."""
+    empty_dir = tmp_path / "empty-dir"
+    empty_dir.mkdir()
+    empty_dir.chmod(0o777)
+    (configmap,) = yaml.safe_load_all(CONFIGMAP.read_text())
+    settings = {**configmap["data"], "USERS_FILE": f"{INSTANCE}/users.json"}
+    name = image.unique("emptydir")
+    port = free_port()
+    podman(
+        image.env, "run", "--detach", "--name", name, "--read-only", "--read-only-tmpfs=false",
+        "--health-interval=disable", f"--volume={empty_dir}:{INSTANCE}",
+        f"--publish=127.0.0.1:{port}:8080",
+        *(f"--env={key}={value}" for key, value in settings.items()), image.name,
+    )  # fmt: skip
+    container = Container(image, "", settings, name=name, port=port)
+    wait_until(container.answers, 30, f"container {name}")
+    owner = container.exec("stat", "-c", "%u %a", settings["INSTANCE_PATH"]).stdout.split()
+    assert owner == ["10001", "700"]
