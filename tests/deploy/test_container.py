@@ -8,6 +8,7 @@ on a machine without a registry); each test runs containers of its own.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -187,6 +188,15 @@ def test_the_image_builds_from_a_clean_clone_within_five_minutes(image):
         f" the wheelhouse: {image.total_seconds:.0f} s"
     )
     assert image.build_seconds < 300
+
+
+def test_the_build_installs_requirements_txt_with_its_hashes_and_keeps_only_the_virtualenv():
+    text = (ROOT / "Containerfile").read_text().replace("\\\n", " ")
+    assert re.search(r"pip install [^\n]*--require-hashes [^\n]*-r requirements\.txt", text)
+    final = text.rsplit("\nFROM ", 1)[1]
+    assert re.findall(r"^COPY .*", final, re.M) == [
+        "COPY --from=build /opt/token-service /opt/token-service"
+    ]
 
 
 def test_the_image_keeps_nothing_of_the_build_and_runs_unprivileged(image):
