@@ -85,7 +85,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     built_image = Image(name, env, finished - building, finished - started)
     yield built_image
     for leftover in built_image.names:
-        podman(env, "rm", "--force", "--ignore", leftover, check=False)
+        podman(env, "rm", "--force", "--volumes", "--ignore", leftover, check=False)
         podman(env, "volume", "rm", "--force", leftover, check=False)
     podman(env, "rmi", "--force", name, check=False)
 
