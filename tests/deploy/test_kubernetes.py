@@ -1,0 +1,167 @@
+"""deploy/kubernetes/: every manifest valid against Kubernetes' schemas (offline, the ones
+kubernetes-validate bundles), each overlay rendered and valid, and the Deployment running
+the image `make image` builds the way the container tests run it.
+
+The overlays are rendered here by applying their JSON patches to the base, the only
+kustomize feature they use; with kubectl on the machine, its kustomize must agree.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from app.config.parsers import ConfigError
+from app.config.settings import Settings
+from tests.helpers.containers import image_name
+from tests.helpers.tools import ROOT
+
+KUBERNETES = ROOT / "deploy" / "kubernetes"
+BASE = KUBERNETES / "base"
+OVERLAYS = {"postgres": 5432, "redis": 6379}
+#: The oldest Kubernetes release the manifests are checked against, and the newest bundled.
+VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
+
+
+def documents(path: Path) -> list[dict]:
+    return [document for document in yaml.safe_load_all(path.read_text()) if document]
+
+
+def kustomization(folder: Path) -> dict:
+    (found,) = documents(folder / "kustomization.yaml")
+    return found
+
+
+def base_resources() -> list[dict]:
+    return [
+        resource for name in kustomization(BASE)["resources"] for resource in documents(BASE / name)
+    ]
+
+
+def json_pointer_apply(document: dict, operation: dict) -> None:
+    """Apply one JSON patch (RFC 6902) operation, of the kinds the overlays use."""
+    *parents, last = operation["path"].lstrip("/").split("/")
+    target = document
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    value = copy.deepcopy(operation.get("value"))
+    if operation["op"] == "add" and isinstance(target, list):
+        target.insert(len(target) if last == "-" else int(last), value)
+    elif operation["op"] in ("add", "replace"):
+        target[last] = value
+    else:
+        raise AssertionError(f"an operation this renderer does not know: {operation}")
+
+
+def rendered(overlay: str) -> list[dict]:
+    """Return the overlay's resources: the base, its JSON patches applied."""
+    spec = kustomization(KUBERNETES / "overlays" / overlay)
+    assert spec["resources"] == ["../../base"]
+    assert set(spec) <= {"apiVersion", "kind", "resources", "patches"}
+    resources = copy.deepcopy(base_resources())
+    for patch in spec["patches"]:
+        targets = [
+            resource
+            for resource in resources
+            if resource["kind"] == patch["target"]["kind"]
+            and resource["metadata"]["name"] == patch["target"]["name"]
+        ]
+        assert len(targets) == 1, patch["target"]
+        for operation in yaml.safe_load(patch["patch"]):
+            json_pointer_apply(targets[0], operation)
+    return resources
+
+
+def by_kind(resources: list[dict], kind: str) -> dict:
+    (found,) = [resource for resource in resources if resource["kind"] == kind]
+    return found
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("overlay", [None, *OVERLAYS])
+def test_every_manifest_is_valid_against_the_kubernetes_schemas(overlay, version):
+    resources = base_resources() if overlay is None else rendered(overlay)
+    assert {resource["kind"] for resource in resources} == {
+        "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy",
+    }  # fmt: skip
+    for resource in resources:
+        kubernetes_validate.validate(resource, version, strict=True)  # raises when invalid
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubectls_kustomize_renders_each_overlay_as_the_test_does(overlay):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed: the overlays are rendered by the test alone")
+    output = subprocess.run(
+        ["kubectl", "kustomize", str(KUBERNETES / "overlays" / overlay)],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    key = lambda resource: (resource["kind"], resource["metadata"]["name"])  # noqa: E731
+    assert sorted(yaml.safe_load_all(output), key=key) == sorted(rendered(overlay), key=key)
+
+
+@pytest.mark.parametrize(("overlay", "port"), OVERLAYS.items())
+def test_each_overlay_lets_the_pods_reach_its_store_and_nothing_else(overlay, port):
+    policy = by_kind(rendered(overlay), "NetworkPolicy")
+    ports = {(rule["port"], rule["protocol"]) for egress in policy["spec"]["egress"]
+             for rule in egress["ports"]}  # fmt: skip
+    assert ports == {(53, "UDP"), (53, "TCP"), (port, "TCP")}
+    assert [rule.get("to") for rule in policy["spec"]["egress"]] == [None, None]
+
+
+def test_the_deployment_runs_the_image_make_image_builds_as_the_container_tests_run_it():
+    deployment = by_kind(base_resources(), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == image_name()
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001  # the image's user
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    # beyond gunicorn's graceful timeout, so a stopping pod answers what is in flight
+    assert pod["terminationGracePeriodSeconds"] > 20
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert "/var/lib/token-service" in mounts  # the image's one volume, writable
+    secrets = {
+        variable["name"]: variable["valueFrom"]["secretKeyRef"]["name"]
+        for variable in container["env"]
+    }
+    assert secrets == {
+        "SIGNING_SECRET": "token-service-signing",
+        "TOKEN_STORE_URL": "token-service-store",
+    }
+    (source,) = container["envFrom"]
+    assert (
+        source["configMapRef"]["name"] == by_kind(base_resources(), "ConfigMap")["metadata"]["name"]
+    )
+
+
+def test_the_configmaps_settings_are_the_services_and_load_with_the_secrets_given(tmp_path):
+    settings = by_kind(base_resources(), "ConfigMap")["data"]
+    environ = {
+        **settings,
+        "SIGNING_SECRET": "s" * 48,
+        "TOKEN_STORE_URL": "redis://redis.example:6379/0",
+        "HOST": "0.0.0.0",  # the image's
+        "INSTANCE_PATH": str(tmp_path),
+    }
+    try:
+        loaded = Settings.load(environ=environ)
+    except ConfigError as error:  # pragma: no cover - the message is the failure
+        pytest.fail(f"the ConfigMap's settings do not load: {error}")
+    assert loaded.behind_proxy is True
+    assert loaded.users_file == "/etc/token-service/users/users.json"
