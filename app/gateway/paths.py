@@ -4,15 +4,19 @@ A proxy asks about the path as the client sent it. Upstreams differ in what they
 of it: some decode percent-encoding once, or again; some take a backslash or an encoded
 slash for a separator; Java servers drop ``;`` parameters (``/x/..;/admin`` is
 ``/admin`` there); most resolve dot segments and merge repeated slashes; some ignore
-case. ``path_readings`` returns every path those readings give, so that the judging can
-take the strictest verdict among them: no spelling of a path moves it to a laxer rule
-than the one its canonical form matches.
+case, some as Unicode folds it (``ı`` and ``ſ`` as ``i`` and ``s``); a URL parser takes
+``//host/x`` for a host and the path ``/x``; Windows servers trim trailing dots and spaces
+of a segment. ``path_readings`` returns every path those readings give, so that the
+judging can take the strictest verdict among them: no spelling of a path moves it to a
+laxer rule than the one its canonical form matches. What no reading settles is refused: a
+raw ``#`` (a client never sends one), IIS's ``%u`` escapes, and bytes that are no UTF-8
+(overlong dots among them).
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 #: Decodings of a twice- or thrice-encoded path an upstream might still make; a path that
 #: still changes after these is refused (no upstream decodes so often).
@@ -24,18 +28,49 @@ MAX_PATH_LENGTH = 8192
 #: longer one is denied.
 MAX_TRICKY_PATH_LENGTH = 2048
 #: What the fast path needs absent: the path then reads only as itself (and lowercased).
-TRICKS = re.compile(r"[%\\;\x00-\x1f\x7f]|//|/\.")
+#: Any character beyond ASCII (a case fold), a space, and a dot ending a segment count.
+TRICKS = re.compile(r"[^!$&'()*+,\-.0-9:=@A-Z_a-z~/]|//|/\.|\.(?:/|$)")
 PARAMETERS = re.compile(r";[^/]*")
 ENCODED_SEPARATOR = re.compile(r"(%2[fF]|%5[cC])")
 SLASHES = re.compile(r"/{2,}")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: What a decoding holds that no reading settles: IIS's ``%u0061``, a byte that is no UTF-8.
+UNREADABLE = re.compile(r"%[uU]|[\udc80-\udcff]")
+#: Characters beyond ASCII that Unicode case mapping (lower, upper, casefold, or a first
+#: character before combining marks, as Java's one-character mapping) turns into ASCII
+#: letters, and those letters: a case-insensitive matcher may read ``/admın`` as ``/admin``.
+FOLDS = {
+    "\u00df": "ss",  # sharp s
+    "\u0130": "i",  # I with dot above
+    "\u0131": "i",  # dotless i
+    "\u017f": "s",  # long s
+    "\u01f0": "j",  # j with caron
+    "\u1e96": "h",  # h with line below
+    "\u1e97": "t",  # t with diaeresis
+    "\u1e98": "w",  # w with ring above
+    "\u1e99": "y",  # y with ring above
+    "\u1e9e": "ss",  # capital sharp s
+    "\u212a": "k",  # Kelvin sign
+    "\ufb00": "ff",  # ligatures
+    "\ufb01": "fi",
+    "\ufb02": "fl",
+    "\ufb03": "ffi",
+    "\ufb04": "ffl",
+    "\ufb05": "st",
+    "\ufb06": "st",
+}
+FOLDING = str.maketrans(FOLDS)
+#: A Host header as a client may rightly send it: a name or [IPv6], then a port.
+HOST_HEADER = re.compile(r"([a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
+#: Segments' trailing dots and spaces, which Windows servers drop (not of ``.`` or ``..``).
+TRAILING = re.compile(r"(?<=[^/.])[. ]+(?=/|$)")
 #: A host name, or an IP address, as a rule may name it (with ``*.`` before a domain).
 HOST_PATTERN = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[[0-9a-f:.]+\]")
 
 
 def request_target_path(uri: str) -> str | None:
     """Return the path of a request target (origin or absolute form), or None if it has none."""
-    target = uri.split("#", 1)[0].split("?", 1)[0]
+    target = uri.split("?", 1)[0]
     if target.startswith("/"):
         return target
     scheme, separator, rest = target.partition("://")
@@ -47,13 +82,14 @@ def request_target_path(uri: str) -> str | None:
 
 def path_readings(uri: str) -> frozenset[str] | None:
     """Return every path an upstream could read in ``uri``, lowercased ones included, or
-    None when it is no path or reads as one holding a control character."""
+    None when it is no path, holds a raw ``#``, reads as one holding a control character,
+    or a decoding of it is ``UNREADABLE``."""
     path = request_target_path(uri)
     if path is None or len(path) > MAX_PATH_LENGTH:
         return None
     if TRICKS.search(path) is None:
         return frozenset((path, path.lower()))
-    if len(path) > MAX_TRICKY_PATH_LENGTH:
+    if len(path) > MAX_TRICKY_PATH_LENGTH or "#" in uri:
         return None
     spellings: set[str] = set()
     for before in {path, PARAMETERS.sub("", path)}:
@@ -63,12 +99,22 @@ def path_readings(uri: str) -> frozenset[str] | None:
         for decoded in set(decodings):
             for separated in {decoded, decoded.replace("\\", "/")}:
                 spellings.update((separated, PARAMETERS.sub("", separated)))
+    if any(UNREADABLE.search(spelling) for spelling in spellings):
+        return None
+    for spelling in list(spellings):
+        if spelling.startswith("//"):  # a URL parser's authority, then the path
+            slash = spelling.find("/", 2)
+            spellings.add("/" if slash < 0 else spelling[slash:])
+        spellings.add(TRAILING.sub("", spelling))
     readings = {path}
     for spelling in spellings:
         readings.update(normalized(spelling))
     if any(CONTROL.search(reading) for reading in readings):
         return None
-    return frozenset(readings | {reading.lower() for reading in readings})
+    readings |= {reading.lower() for reading in readings}
+    if not path.isascii() or any(not reading.isascii() for reading in readings):
+        readings |= {reading.translate(FOLDING).lower() for reading in readings}
+    return frozenset(readings)
 
 
 def _decodings(path: str) -> list[str] | None:
@@ -125,10 +171,26 @@ def remove_dot_segments(path: str) -> str:
     return result if result.startswith("/") else "/" + result
 
 
+def query_methods(uri: str) -> tuple[str, ...]:
+    """Return the methods a ``_method`` parameter of the query names, upper-cased: many
+    frameworks take it for the request's method."""
+    query = uri.partition("?")[2].partition("#")[0]
+    if "method" not in query.lower() and "%" not in query:  # the usual: no such parameter
+        return ()
+    return tuple(
+        value.strip().upper()
+        for key, value in parse_qsl(query, keep_blank_values=True, errors="replace")
+        if key.strip().lower() == "_method" and value.strip()
+    )
+
+
 def host_name(host: str) -> str | None:
     """Return the name in a Host header: lowercased, without its port or a trailing dot;
-    None when it is empty."""
+    None when it is empty or not a name or [IPv6] with an optional port (``a:80:81``,
+    ``a@b``, ``a;b``: an upstream may read another name in it)."""
     host = host.strip().lower()
+    if not HOST_HEADER.fullmatch(host):
+        return None
     if host.startswith("["):
         end = host.find("]")
         name = host[: end + 1] if end > 0 else host

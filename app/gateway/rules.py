@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from app.gateway.paths import HOST_PATTERN, host_matches, host_name, path_readings
+from app.gateway.paths import HOST_PATTERN, host_matches, host_name, path_readings, query_methods
 
 #: The setting that names the file, at the start of every error.
 SETTING = "ACCESS_RULES_FILE"
@@ -99,20 +99,27 @@ class AccessRules:
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.rules = rules
+        self.by_host = any(rule.hosts for rule in rules)
         self.judge = functools.lru_cache(maxsize=JUDGMENTS_CACHED)(self._judge)
 
     def _judge(
         self, methods: tuple[str, ...] | None, host: str | None, uri: str | None
     ) -> Judgment:
-        """Return the strictest judgment among every method given and every reading of
-        the path; None for what the request does not tell."""
+        """Return the strictest judgment among every method given (and any a ``_method``
+        parameter of the query names) and every reading of the path; None for what the
+        request does not tell. A host that is no plain name is denied where a rule names
+        hosts."""
         readings: frozenset[str] | tuple[None] = (None,)
         if uri is not None:
             found = path_readings(uri)
             if found is None:
                 return Judgment(Verdict.DENY, None, "a readable path")
             readings = found
+            if methods and "?" in uri:
+                methods = (*methods, *query_methods(uri))
         name = None if host is None else host_name(host)
+        if name is None and host is not None and self.by_host:
+            return Judgment(Verdict.DENY, None, "a readable host")
         strictest: Judgment | None = None
         for method in methods or (None,):
             for path in readings:

@@ -17,6 +17,7 @@ the proxies' side.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -76,6 +77,13 @@ ENVOY_PREFIX = "/auth/ext-authz"
 ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 #: Where each proxy names the original method: nginx's snippet, then Traefik's and Caddy's.
 ORIGINAL_METHODS = ("HTTP_X_ORIGINAL_METHOD", "HTTP_X_FORWARDED_METHOD")
+#: Headers of the original request (each proxy passes them on) by which a client names
+#: another method that many frameworks take for the request's: judged too.
+METHOD_OVERRIDES = (
+    "HTTP_X_HTTP_METHOD_OVERRIDE",
+    "HTTP_X_HTTP_METHOD",
+    "HTTP_X_METHOD_OVERRIDE",
+)
 #: Where each proxy names the original URI (path and query, as the client sent them).
 ORIGINAL_URIS = ("HTTP_X_ORIGINAL_URI", "HTTP_X_FORWARDED_URI")
 #: Longest piece of a bad query the warning quotes.
@@ -163,12 +171,14 @@ def _judged(
     uris: tuple[str, ...] | None = None
     host = None
     if trusted:
+        overrides = [environ[key] for key in METHOD_OVERRIDES if key in environ]
         if envoy:
-            methods = _spellings(environ["REQUEST_METHOD"])
-            uris = (_envoy_uri(environ),)
+            methods = _spellings(environ["REQUEST_METHOD"], overrides=overrides)
+            uris = (_text(_envoy_uri(environ)),)
         else:
-            methods = _spellings(*(environ[key] for key in method_keys if key in environ))
-            uris = _targets(*(environ[key] for key in uri_keys if key in environ)) or None
+            named = (environ[key] for key in method_keys if key in environ)
+            methods = _spellings(*named, overrides=overrides)
+            uris = _targets(*(_text(environ[key]) for key in uri_keys if key in environ)) or None
         host = environ.get("HTTP_HOST")
     judgment = _strictest(rules, methods or None, host, uris)
     if trusted and judgment.unknown in {"the method", "the path"}:
@@ -208,18 +218,34 @@ def _strictest(
     )
 
 
-def _spellings(*headers: str) -> tuple[str, ...]:
+def _spellings(*headers: str, overrides: Sequence[str] = ()) -> tuple[str, ...]:
     """Return the methods the headers name, as sent and upper-cased (an upstream may take
     ``get`` for GET), each of a header sent twice (joined by a comma) too, and GET beside
-    HEAD (an upstream answers a HEAD as its GET)."""
-    (first, *others) = headers or ("",)
-    if not others and first.isupper() and "," not in first and first != "HEAD":
-        return headers  # the usual: one header, one method
-    spelled = {piece.strip() for header in headers for piece in header.split(",")}
+    HEAD (an upstream answers a HEAD as its GET); and those the ``overrides`` name, when
+    the headers name one. An empty header names none: () when no header names one."""
+    if len(headers) == 1 and not overrides:
+        first = headers[0]
+        if first.isupper() and "," not in first and first != "HEAD":
+            return headers  # the usual: one header, one method
+    spelled = {piece.strip() for header in headers for piece in header.split(",")} - {""}
+    if not spelled:
+        return ()
+    spelled |= {piece.strip() for header in overrides for piece in header.split(",")} - {""}
     spelled |= {method.upper() for method in spelled}
     if "HEAD" in spelled:
         spelled.add("GET")
     return tuple(sorted(spelled))
+
+
+def _text(value: str) -> str:
+    """Return a WSGI string (its bytes as Latin-1 characters) as the UTF-8 text it spells,
+    a byte that is no UTF-8 kept as a lone surrogate (the rules deny it)."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not a WSGI string: already text
+        return value
 
 
 def _targets(*headers: str) -> tuple[str, ...]:
@@ -242,7 +268,8 @@ def _envoy_uri(environ: dict[str, Any]) -> str:
     if raw.startswith(start) and raw[len(start) : len(start) + 1] in {"", "/", "?"}:
         rest = raw[len(start) :]
     else:  # a prefix spelled otherwise (encoded): the decoded path, re-encoded
-        rest = quote(environ.get("PATH_INFO", "")[len(ENVOY_PREFIX) :], safe="/;%\\")
+        path = environ.get("PATH_INFO", "")[len(ENVOY_PREFIX) :]
+        rest = quote(path, safe="/;%\\", encoding="latin-1", errors="replace")
         if environ.get("QUERY_STRING"):
             rest += "?" + environ["QUERY_STRING"]
     return rest if rest.startswith("/") else "/" + rest

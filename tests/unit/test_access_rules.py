@@ -62,7 +62,7 @@ def verdict(uri: str, method: str = "GET", host: str | None = "app.example.com")
         ("/api/v2/items", Verdict.USER),
         ("/", Verdict.USER),
         ("/admin/panel?x=/public/", Verdict.ADMIN),  # the query is no part of the path
-        ("/public/x#/admin/", Verdict.PUBLIC),
+        ("/public/x#/admin/", Verdict.DENY),  # a raw # is never sent: one parser cuts there
         ("https://app.example.com/admin/x", Verdict.ADMIN),  # absolute form
     ],
 )
