@@ -62,8 +62,8 @@ FOLDS = {
 FOLDING = str.maketrans(FOLDS)
 #: A Host header as a client may rightly send it: a name or [IPv6], then a port.
 HOST_HEADER = re.compile(r"([a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
-#: Segments' trailing dots and spaces, which Windows servers drop (not of ``.`` or ``..``).
-TRAILING = re.compile(r"(?<=[^/.])[. ]+(?=/|$)")
+#: A segment's trailing dots and spaces, which Windows servers drop.
+TRAILING = re.compile(r"[. ](?=/|$)")
 #: A host name, or an IP address, as a rule may name it (with ``*.`` before a domain).
 HOST_PATTERN = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[[0-9a-f:.]+\]")
 
@@ -101,11 +101,12 @@ def path_readings(uri: str) -> frozenset[str] | None:
                 spellings.update((separated, PARAMETERS.sub("", separated)))
     if any(UNREADABLE.search(spelling) for spelling in spellings):
         return None
+    spellings |= {trimmed(spelling) for spelling in spellings if TRAILING.search(spelling)}
     for spelling in list(spellings):
-        if spelling.startswith("//"):  # a URL parser's authority, then the path
-            slash = spelling.find("/", 2)
-            spellings.add("/" if slash < 0 else spelling[slash:])
-        spellings.add(TRAILING.sub("", spelling))
+        for resolved in {spelling, remove_dot_segments(spelling)}:
+            if resolved.startswith("//"):  # a URL parser's authority, then the path
+                slash = resolved.find("/", len(resolved) - len(resolved.lstrip("/")))
+                spellings.add("/" if slash < 0 else resolved[slash:])
     readings = {path}
     for spelling in spellings:
         readings.update(normalized(spelling))
@@ -138,6 +139,18 @@ def _decodings(path: str) -> list[str] | None:
 def _decoded(text: str) -> str:
     # bytes that are no UTF-8 stay distinct characters, never one replacement character
     return unquote(text, errors="surrogateescape")
+
+
+def trimmed(path: str) -> str:
+    """Return ``path`` with each segment's trailing dots and spaces dropped, as Windows
+    does; a segment of dots and spaces only reads as ``.`` or ``..`` (``...`` as ``..``)."""
+    segments = []
+    for segment in path.split("/"):
+        kept = segment.rstrip(". ")
+        if not kept and "." in segment:
+            kept = "." if segment.count(".") == 1 else ".."
+        segments.append(kept)
+    return "/".join(segments)
 
 
 def normalized(path: str) -> tuple[str, str]:

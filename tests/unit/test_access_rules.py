@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from app.gateway.paths import host_name, path_readings, remove_dot_segments
+import unicodedata
+from urllib.parse import unquote
+
+from app.gateway.paths import FOLDS, host_name, path_readings, query_methods, remove_dot_segments
 from app.gateway.rules import AccessRulesFile, RulesFileError, Verdict, parse_rules
-from tests.helpers.paths import CANONICAL, rewritten
+from tests.helpers.paths import CANONICAL, UNREADABLE, method_named, rewritten, tricked
 from tests.helpers.tools import ROOT
 
 RULES = b"""
@@ -96,6 +99,40 @@ def test_host_name_reads_ipv6_and_empty_hosts():
     assert host_name("EXAMPLE.com.:80") == "example.com"
 
 
+#: Hosts an upstream may read another name in than a splitter at the last colon.
+BAD_HOSTS = [
+    "a.example.com:80:81",
+    "internal.example.com:80:81",
+    "a.example.com@evil",
+    "evil@a.example.com",
+    "a.example.com;x",
+    "a.example.com:",
+    "a.example.com:8o",
+    "a.example.com/x",
+    "a b.example.com",
+    "[::1",
+    "[::1]x",
+    "a.example.com:123456",
+    "adm\u0131n.example.com",
+    ".",
+]
+
+
+@pytest.mark.parametrize("host", BAD_HOSTS)
+def test_a_host_that_is_no_plain_name_is_denied_where_a_rule_names_hosts(host):
+    assert host_name(host) is None
+    judgment = ACCESS.judge(("GET",), host, "/public/x")
+    assert judgment.verdict is Verdict.DENY
+    assert judgment.unknown == "a readable host"
+
+
+@pytest.mark.parametrize("host", BAD_HOSTS)
+def test_a_host_that_is_no_plain_name_matters_not_where_no_rule_names_hosts(host):
+    rules = parse_rules(rules_toml('paths = ["/admin/"]; allow = "admin"', 'allow = "user"').encode())
+    assert rules.judge(("GET",), host, "/x").verdict is Verdict.USER
+    assert rules.judge(("GET",), host, "/admin/x").verdict is Verdict.ADMIN
+
+
 def test_methods_match_as_listed():
     assert verdict("/x", "DELETE", "b.example.com") is Verdict.ADMIN
     assert verdict("/x", "GET", "b.example.com") is Verdict.USER
@@ -151,6 +188,21 @@ TRICKS = [
     "/public/..%3b/admin/panel",
     "/api/v1/../v2/ADMIN/x",
     "/api/v1/%61dmin",
+    "/adm%C4%B1n/panel",  # Unicode case folds: dotless i, I with dot, long s, Kelvin sign
+    "/adm\u0131n/panel",
+    "/ADM%C4%B0N/panel",
+    "/api/v1/%E2%84%AAadmin/../admin",
+    "/%C4%B0%C5%BF/../admin/panel",
+    "/admin./panel",  # trailing dots and spaces, dropped by Windows servers
+    "/admin%20/panel",
+    "/admin /panel",
+    "/admin.%20./panel",
+    "/public/.../admin/panel",
+    "//host/admin/panel",  # a URL parser's authority, then the path
+    "/%2fpublic/admin/panel",
+    "/\\public/admin/panel",
+    "/.//public/admin/panel",
+    "/p%23/../admin/panel",  # an encoded # is a character of the path
 ]
 
 
@@ -170,6 +222,13 @@ def test_no_spelling_of_an_admin_path_passes_a_user(uri):
         "/%25252525252e",
         "admin/x",
         "*",
+        "/public/#/../../admin/x",  # a raw #: one parser cuts there, another reads on
+        "/public#",
+        "/%u0061dmin/panel",  # IIS's %u escapes
+        "/public/%25u002e%25u002e/admin",
+        "/public/%C0%AE%C0%AE/admin/panel",  # overlong UTF-8 (../)
+        "/public/%ff/x",  # no UTF-8 at all
+        "/public/%E2%82/x",
     ],
 )
 def test_a_path_that_is_no_path_or_holds_a_control_character_is_denied(uri):
@@ -194,13 +253,79 @@ def test_no_rewriting_is_judged_laxer_than_the_canonical_path(data, path):
     assert verdict(spelled) >= verdict(path), spelled
 
 
-@given(data=st.data(), path=CANONICAL, method=st.sampled_from(["GET", "DELETE"]))
-def test_the_canonical_path_is_among_the_readings_of_any_rewriting(data, path, method):
-    spelled = data.draw(rewritten(path))
+@given(data=st.data(), path=CANONICAL)
+def test_the_canonical_path_is_among_the_readings_of_any_rewriting(data, path):
+    spelled, used = data.draw(tricked(path))
     readings = path_readings(spelled)
-    # None: encoded more often than any upstream decodes, denied
+    # None: unreadable, or encoded more often than any upstream decodes: denied
     assert readings is None or path in readings
-    assert readings is not None or "%2525" in spelled
+    assert readings is not None or used & UNREADABLE or "%2525" in spelled or no_utf8(spelled)
+
+
+def no_utf8(spelled: str) -> bool:
+    """Return whether a decoding of ``spelled`` is no UTF-8 (an escape of a character's
+    bytes encoded again in part)."""
+    for _ in range(4):
+        spelled = unquote(spelled, errors="surrogateescape")
+        if any("\udc80" <= character <= "\udcff" for character in spelled):
+            return True
+    return False
+
+
+@given(data=st.data(), path=CANONICAL)
+def test_no_method_a_query_names_is_judged_laxer_than_the_method_itself(data, path):
+    method, headers, query = data.draw(method_named("DELETE"))
+    assume(query)  # the view reads the method's case and the override headers
+    assert verdict(path + query, method) >= verdict(path, "DELETE"), (method, query)
+
+
+def test_a_query_naming_a_method_makes_the_verdict_only_stricter():
+    assert verdict("/x?_method=DELETE", "POST") is Verdict.ADMIN
+    assert verdict("/x?a=1&%5Fmethod=delete", "GET") is Verdict.ADMIN
+    assert verdict("/x?_method=DELETE", "POST", "other.org") is Verdict.USER
+    assert verdict("/x?_method=", "POST") is Verdict.USER
+
+
+@pytest.mark.parametrize(
+    ("uri", "methods"),
+    [
+        ("/x?a=1", ()),
+        ("/x?_method=put", ("PUT",)),
+        ("/x?_METHOD=Put&_method=patch", ("PUT", "PATCH")),
+        ("/x?%5F%6Dethod=DELETE", ("DELETE",)),
+        ("/x?_method=&b", ()),
+        ("/x?method=DELETE", ()),
+    ],
+)
+def test_query_methods_reads_each_method_parameter(uri, methods):
+    assert query_methods(uri) == methods
+
+
+def test_the_fold_table_holds_every_character_whose_case_mapping_is_ascii():
+    # Java maps case one character to one: a first character before combining marks counts
+    found = {}
+    for code in range(0x80, 0x110000):
+        character = chr(code)
+        if 0xD800 <= code < 0xE000:
+            continue
+        for mapped in (
+            character.lower(),
+            character.upper(),
+            character.casefold(),
+            character.upper().lower(),
+        ):
+            if not mapped.isascii() and mapped[:1].isascii():
+                if all(unicodedata.combining(mark) for mark in mapped[1:]):
+                    mapped = mapped[0]
+            if mapped.isascii():
+                found[character] = mapped.lower()
+    assert found == FOLDS
+
+
+@pytest.mark.parametrize("character", sorted(FOLDS))
+def test_each_folding_character_reads_as_its_ascii_letters(character):
+    uri = "/x/" + character
+    assert "/x/" + FOLDS[character] in path_readings(uri)
 
 
 # --- the file, checked when it is read -------------------------------------------
