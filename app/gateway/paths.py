@@ -4,7 +4,7 @@ A proxy asks about the path as the client sent it. Upstreams differ in what they
 of it: some decode percent-encoding once, or again; some take a backslash or an encoded
 slash for a separator; Java servers drop ``;`` parameters (``/x/..;/admin`` is
 ``/admin`` there); most resolve dot segments and merge repeated slashes; some ignore
-case, some as Unicode folds it (``ı`` and ``ſ`` as ``i`` and ``s``); a URL parser takes
+case, some as Unicode folds it (dotless i and long s as ``i`` and ``s``); a URL parser takes
 ``//host/x`` for a host and the path ``/x``; Windows servers trim trailing dots and spaces
 of a segment. ``path_readings`` returns every path those readings give, so that the
 judging can take the strictest verdict among them: no spelling of a path moves it to a
@@ -38,7 +38,8 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 UNREADABLE = re.compile(r"%[uU]|[\udc80-\udcff]")
 #: Characters beyond ASCII that Unicode case mapping (lower, upper, casefold, or a first
 #: character before combining marks, as Java's one-character mapping) turns into ASCII
-#: letters, and those letters: a case-insensitive matcher may read ``/admın`` as ``/admin``.
+#: letters, and those letters: a case-insensitive matcher may read ``/adm\u0131n`` (a
+#: dotless i) as ``/admin``.
 FOLDS = {
     "\u00df": "ss",  # sharp s
     "\u0130": "i",  # I with dot above

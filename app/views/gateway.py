@@ -29,6 +29,7 @@ from app.auth.tokens import ROLES
 from app.config.settings import Settings
 from app.events import Reason
 from app.extensions import current_settings, get_access_rules, get_clock
+from app.gateway.paths import query_methods
 from app.gateway.rules import AccessRules, Judgment, Verdict
 from app.http.errors import forbidden_response, render_http_error, unauthenticated_response
 from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
@@ -384,12 +385,19 @@ def _cookie_check(required: tuple[str, ...], cache_seconds: int) -> Response:
 def _named_safe_method() -> bool:
     """Return whether the original request's method is a GET or HEAD: Envoy's is this
     request's own; nginx, Traefik and Caddy name it in a header (their check is a GET).
-    Each header present must name one, since a client may write the other proxy's."""
+    Each header present must name one, since a client may write the other proxy's, and so
+    must each method override (a navigation to ``?_method=DELETE`` is a DELETE to many
+    frameworks)."""
     environ = request.environ
     if request.endpoint == "gateway.ext_authz":
-        return environ["REQUEST_METHOD"] in SAFE_METHODS
-    named = [environ[key] for key in ORIGINAL_METHODS if key in environ]
-    return bool(named) and all(method in SAFE_METHODS for method in named)
+        named = [environ["REQUEST_METHOD"]]
+        uris = [_envoy_uri(environ)]
+    else:
+        named = [environ[key] for key in ORIGINAL_METHODS if key in environ]
+        uris = [environ[key] for key in ORIGINAL_URIS if key in environ]
+    overrides = [environ[key].strip().upper() for key in METHOD_OVERRIDES if key in environ]
+    overrides += [method for uri in uris if "?" in uri for method in query_methods(uri)]
+    return bool(named) and all(method in SAFE_METHODS for method in [*named, *overrides])
 
 
 def _refused(response: Response) -> Response:

@@ -366,6 +366,28 @@ def test_an_access_token_in_the_cookie_is_401(cookie_client):
         ({"Sec-Fetch-Site": "none", "X-Original-Method": "GET"}, 200),
         ({"Sec-Fetch-Site": "same-site", "X-Original-Method": "GET"}, 200),
         ({"Sec-Fetch-Site": "same-site", "X-Original-Method": "POST"}, 401),
+        # a method override makes a sibling site's navigation another method
+        ({"Sec-Fetch-Site": "same-site", "X-Original-Method": "GET", "X-HTTP-Method": "PUT"}, 401),
+        (
+            {"Sec-Fetch-Site": "same-site", "X-Original-Method": "GET", "X-Method-Override": "GET"},
+            200,
+        ),
+        (
+            {
+                "Sec-Fetch-Site": "same-site",
+                "X-Original-Method": "GET",
+                "X-Original-URI": "/x?_method=DELETE",
+            },
+            401,
+        ),
+        (
+            {
+                "Sec-Fetch-Site": "same-site",
+                "X-Original-Method": "GET",
+                "X-Original-URI": "/x?_method=head",
+            },
+            200,
+        ),
         ({"Sec-Fetch-Site": "same-site"}, 401),  # no method named: not a navigation
         ({"Sec-Fetch-Site": "cross-site", "X-Original-Method": "GET"}, 401),
         ({"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, 401),

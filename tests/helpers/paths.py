@@ -70,7 +70,9 @@ def tricked(draw, path: str, raw: bool = True) -> tuple[str, frozenset[str]]:
         # the end of each segment but those of dots only (a dot there makes a dot segment)
         ends = [end for end in [*slashes, len(path)] if path[:end].rsplit("/", 1)[-1].strip(".")]
         if trick == "case":
-            letters = [index for index, char in enumerate(path) if char.isascii() and char.isalpha()]
+            letters = [
+                index for index, char in enumerate(path) if char.isascii() and char.isalpha()
+            ]
             if letters:
                 index = draw(st.sampled_from(letters))
                 path = path[:index] + path[index].upper() + path[index + 1 :]
