@@ -191,6 +191,13 @@ def test_a_kept_pass_for_one_path_is_never_a_pass_for_another(stack):
         "/%61dmin/panel",
         "//admin//panel",
         "/app/..%5cadmin/panel",
+        "/adm%C4%B1n/panel",
+        "/%C4%B0%C5%BF/../admin/panel",
+        "/admin./panel",
+        "/admin%20/panel",
+        "//host/admin/panel",
+        "/app/%C0%AE%C0%AE/admin/panel",
+        "/app/%u002e%u002e/admin/panel",
     ],
 )
 def test_no_spelling_of_the_admin_path_reaches_the_upstream_with_a_users_token(stack, path):
