@@ -187,13 +187,14 @@ def remove_dot_segments(path: str) -> str:
 
 def query_methods(uri: str) -> tuple[str, ...]:
     """Return the methods a ``_method`` parameter of the query names, upper-cased: many
-    frameworks take it for the request's method."""
-    query = uri.partition("?")[2].partition("#")[0]
+    frameworks take it for the request's method (some split the query at ``;`` too)."""
+    query = uri.partition("?")[2]
     if "method" not in query.lower() and "%" not in query:  # the usual: no such parameter
         return ()
+    pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True, errors="replace")
     return tuple(
         value.strip().upper()
-        for key, value in parse_qsl(query, keep_blank_values=True, errors="replace")
+        for key, value in pairs
         if key.strip().lower() == "_method" and value.strip()
     )
 

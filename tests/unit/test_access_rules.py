@@ -294,6 +294,8 @@ def test_a_query_naming_a_method_makes_the_verdict_only_stricter():
         ("/x?_method=put", ("PUT",)),
         ("/x?_METHOD=Put&_method=patch", ("PUT", "PATCH")),
         ("/x?%5F%6Dethod=DELETE", ("DELETE",)),
+        ("/x?a=1;_method=delete", ("DELETE",)),
+        ("/x?+_method+=+put+", ("PUT",)),
         ("/x?_method=&b", ()),
         ("/x?method=DELETE", ()),
     ],
