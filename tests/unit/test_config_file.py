@@ -293,12 +293,12 @@ def test_any_value_starts_the_service_or_stops_it_in_one_line_naming_the_key(tmp
         st.characters(codec="ascii", exclude_characters="\0"), min_size=8, max_size=40
     ).filter(lambda text: text.strip() and not text.isdigit()),
     scheme=st.sampled_from(["redis", "rediss", "postgresql", "postgres"]),
-    in_query=st.booleans(),
+    in_query=st.sampled_from([None, "password", "sslpassword"]),
 )
 def test_a_store_url_password_is_always_masked(password, scheme, in_query):
     encoded = quote(password, safe="")
-    if in_query:
-        url = f"{scheme}://svc@db.internal:5432/tokens?sslmode=require&password={encoded}"
+    if in_query:  # libpq's password, or the one of the client key (sslpassword)
+        url = f"{scheme}://svc@db.internal:5432/tokens?sslmode=require&{in_query}={encoded}"
     else:
         url = f"{scheme}://svc:{encoded}@db.internal:5432/tokens"
     masked = mask_url_password(url)
