@@ -87,7 +87,9 @@ def refuse_an_address_in_use(server: Any) -> None:
     hint. Only the addresses gunicorn binds itself are checked: not a socket handed over
     by systemd (LISTEN_FDS), by a re-exec (USR2) or as a descriptor (fd://).
     """
-    if server.LISTENERS or server.master_pid or os.environ.get("LISTEN_FDS"):
+    # gunicorn takes systemd's sockets only when LISTEN_PID names this process
+    handed_over = os.environ.get("LISTEN_FDS") and os.environ.get("LISTEN_PID") == str(os.getpid())
+    if server.LISTENERS or server.master_pid or handed_over:
         return
     for address in server.cfg.address:
         if not isinstance(address, tuple):  # a Unix socket or a descriptor
@@ -96,6 +98,8 @@ def refuse_an_address_in_use(server: Any) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            if server.cfg.reuse_port:  # a port shared on purpose (--reuse-port) is no clash
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             try:
                 probe.bind(address)
             except OSError as error:
