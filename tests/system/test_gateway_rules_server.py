@@ -171,3 +171,57 @@ def test_a_changed_file_is_read_again_with_no_failed_request(
     log = server.log_path.read_text()
     assert "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody'" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.gunicorn
+def test_a_hup_with_a_bad_file_keeps_the_service_and_its_rules(
+    gunicorn_server, signing_secret, tmp_path
+):
+    rules = tmp_path / "rules.toml"
+    rules.write_text(ADMIN_ONLY)
+    server = gunicorn_server(
+        {
+            "SIGNING_SECRET": signing_secret,
+            "ACCESS_RULES_FILE": str(rules),
+            "TRUSTED_PROXIES": "127.0.0.1/32",
+            "OPEN_LOGIN": "true",
+        },
+        workers=2,
+    )
+    assert server.process is not None
+    login = fresh("POST", f"{server.url}/login", json={"username": "alice", "password": "x"})
+    token = login.json()["accessToken"]
+
+    def hup() -> float:
+        """Send a HUP; return when every worker is a new one."""
+        assert server.process is not None
+        old_workers = set(server.worker_pids())
+        os.kill(server.process.pid, signal.SIGHUP)
+        wait_until(
+            lambda: server.worker_pids() and not old_workers & set(server.worker_pids()),
+            30,
+            "the new workers",
+        )
+        return time.monotonic()
+
+    with Load(server.url, token) as load:
+        wait_until(lambda: len(load.answers) > 20, 20, "the first answers")
+        replace(rules, '[[rules]]\nallow = "nobody"\n')
+        renewed = hup()
+        time.sleep(1.5)
+        assert server.process.poll() is None  # the master lives
+        assert load.statuses_since(renewed) == {403}  # the new workers judge the old rules
+        assert load.statuses_since(0) == {403}  # and no request failed
+
+        replace(rules, USERS_TOO)
+        fixed = hup()
+        time.sleep(1.5)
+    assert load.statuses_since(fixed) == {200}
+    assert load.statuses_since(0) <= {200, 403}
+    assert server.process.poll() is None
+    log = server.log_path.read_text()
+    problem = "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody' (public, user, admin or deny)"
+    lines = [line for line in log.splitlines() if problem in line]
+    assert lines and all("ERROR" in line for line in lines)
+    assert "Traceback" not in log
+    assert "Worker failed to boot" not in log
