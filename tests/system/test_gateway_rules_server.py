@@ -222,6 +222,7 @@ def test_a_hup_with_a_bad_file_keeps_the_service_and_its_rules(
     log = server.log_path.read_text()
     problem = "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody' (public, user, admin or deny)"
     lines = [line for line in log.splitlines() if problem in line]
-    assert lines and all("ERROR" in line for line in lines)
+    assert lines
+    assert all("ERROR" in line for line in lines)
     assert "Traceback" not in log
     assert "Worker failed to boot" not in log

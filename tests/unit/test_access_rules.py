@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.gateway.paths import host_name, path_readings, remove_dot_segments
 from app.config.parsers import ConfigError
+from app.gateway.paths import host_name, path_readings, remove_dot_segments
 from app.gateway.rules import (
     AccessRulesFile,
     RulesFileError,
