@@ -125,7 +125,7 @@ class AccessRules:
             readings = found
         name = None if host is None else host_name(host)
         strictest: Judgment | None = None
-        for method in methods or (None,):
+        for method in method_readings(methods):
             for path in readings:
                 judgment = self._first_match(method, name, path)
                 if strictest is None or judgment.verdict > strictest.verdict:
@@ -154,6 +154,18 @@ class AccessRules:
                     continue
             return Judgment(rule.verdict, rule)
         return NO_MATCH
+
+
+def method_readings(methods: tuple[str, ...] | None) -> tuple[str | None, ...]:
+    """Return every method an upstream may take the named ones for: each as named and
+    upper-cased (an upstream may take ``get`` for GET), and GET beside HEAD (an upstream
+    answers a HEAD as its GET); (None,) when none is named."""
+    if not methods:
+        return (None,)
+    read = set(methods) | {method.upper() for method in methods}
+    if "HEAD" in read:
+        read.add("GET")
+    return tuple(sorted(read))
 
 
 def read_rules_file(path: str) -> AccessRules:
