@@ -8,6 +8,7 @@ the generated signing secret or key are created here too, before the workers for
 and every signing key is loaded once to check it.
 """
 
+import contextlib
 import errno
 import ipaddress
 import multiprocessing
@@ -21,6 +22,7 @@ from app.auth.keys import settings_key_ring
 from app.compat.gunicorn import quit_at_once, refuse_new_connections_when_stopping
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
+from app.gateway.rules import RulesFileError, read_rules_file
 from app.http.proxy import everyone_trusted_warning
 from app.instance import prepare_instance
 from app.observability.logging_config import ServiceGunicornLogger, logging_config
@@ -124,6 +126,16 @@ def on_exit(server: Any) -> None:
     folder = own_multiprocess_folder()
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# The master reads the rules file again before each fork (a HUP's new workers, or one that
+# replaces a worker that ended), so the worker inherits the newest good reading: with a
+# file broken since, it boots on that reading and logs the problem, instead of failing to
+# boot, which would stop the master (app/gateway/rules.py, last_read_well).
+def pre_fork(server: Any, worker: Any) -> None:
+    if settings.access_rules_file is not None:
+        with contextlib.suppress(RulesFileError):
+            read_rules_file(settings.access_rules_file)
 
 
 # Ctrl-C stops every process at once, and the terminal's SIGINT reaches the master only
