@@ -321,18 +321,21 @@ def test_it_starts_on_an_empty_folder_of_another_user_writable_by_all_with_the_c
 ):
     """As on Kubernetes: an emptyDir on the instance volume (root's, mode 0777), and the
     ConfigMap's config.toml (deploy/kubernetes/base/configmap.yaml) mounted read-only as
-    CONFIG_FILE at the Deployment's mode 0444, its users file aside. The service refuses
+    CONFIG_FILE at the mode the Deployment gives it, its users file aside. The service refuses
     such a folder as its instance folder; the Deployment names one inside it."""
     empty_dir = tmp_path / "empty-dir"
     empty_dir.mkdir()
     empty_dir.chmod(0o777)
     (configmap,) = yaml.safe_load_all(CONFIGMAP.read_text())
+    # the Deployment's variables (CONFIG_FILE, INSTANCE_PATH), the Secrets' aside, and the
+    # mode its volume gives the ConfigMap's file
+    (deployment,) = yaml.safe_load_all(DEPLOYMENT.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    (pod_container,) = pod["containers"]
+    (volume,) = [item["configMap"] for item in pod["volumes"] if "configMap" in item]
     config = tmp_path / "config.toml"
     config.write_text(configmap["data"]["config.toml"])
-    config.chmod(0o444)
-    # the Deployment's variables (CONFIG_FILE, INSTANCE_PATH), the Secrets' aside
-    (deployment,) = yaml.safe_load_all(DEPLOYMENT.read_text())
-    (pod_container,) = deployment["spec"]["template"]["spec"]["containers"]
+    config.chmod(volume["defaultMode"])
     variables = {item["name"]: item["value"] for item in pod_container["env"] if "value" in item}
     settings = {**variables, "USERS_FILE": f"{INSTANCE}/users.json"}
     config_file = settings["CONFIG_FILE"]
