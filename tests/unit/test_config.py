@@ -884,9 +884,7 @@ LIBPQ_NAMING_VARIABLES = ("PGDATABASE", "PGUSER", "PGSERVICE")
 
 
 @pytest.mark.parametrize("variable", [None, *LIBPQ_NAMING_VARIABLES])
-def test_a_database_named_by_a_service_file_or_libpqs_variables_is_accepted(
-    variable, monkeypatch
-):
+def test_a_database_named_by_a_service_file_or_libpqs_variables_is_accepted(variable, monkeypatch):
     for name in LIBPQ_NAMING_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     url = "postgresql://db.internal:5432" + ("" if variable else "?service=tokens")
