@@ -30,7 +30,7 @@ from app.config.settings import (
     SigningAlgorithm,
 )
 from app.config.store_url import parse_store_url, relative_path_hint, sqlite_url
-from app.gateway.rules import RulesFileError, read_rules_file
+from app.gateway.rules import RulesFileError, last_read_well, read_rules_file
 
 
 def prepare_instance(settings: Settings) -> Settings:
@@ -125,11 +125,15 @@ def check_users_file(path: str) -> None:
 
 
 def check_access_rules_file(path: str) -> None:
-    """Refuse a rules file that is missing or wrong, in one line naming the rule."""
+    """Refuse a rules file that is missing or wrong, in one line naming the rule, unless
+    this process read it well before: a reload (HUP) or a worker keeps that reading, and
+    the app reports the problem (``AccessRulesFile``), so a bad edit never stops the
+    service."""
     try:
         read_rules_file(path)
     except RulesFileError as error:
-        raise ConfigError(str(error)) from None
+        if last_read_well(path) is None:
+            raise ConfigError(str(error)) from None
 
 
 def load_or_create_secret(instance_path: str) -> str:

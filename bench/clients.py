@@ -126,7 +126,7 @@ def request_parts(request: Request, held: Credentials) -> tuple[dict[str, str], 
         headers["Authorization"] = held.client_authorization
     if request.content_type:
         headers["Content-Type"] = request.content_type
-    headers.update(request.headers)
+    headers.update((name, value.replace("{n}", "1")) for name, value in request.headers)
     body = request.body
     if body is not None:
         body = body.replace("{refresh_token}", held.refresh_token)
@@ -139,6 +139,9 @@ def wrk_script(request: Request, held: Credentials) -> str:
     if request.bearer == "many":
         return wrk.bearer_cycle_script(held.many_tokens)
     headers, body = request_parts(request, held)
+    if request.distinct:
+        headers.update(request.headers)  # "{n}" as written, for the script to fill in
+        return wrk.numbered_request_script(request.method, headers, request.distinct)
     return wrk.fixed_request_script(request.method, headers, body)
 
 

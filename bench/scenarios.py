@@ -32,11 +32,17 @@ class Request:
     body: str | None = None  # may name {refresh_token} and {access_token}
     client: bool = False  # HTTP Basic with the service's registered client (client_secret_basic)
     headers: tuple[tuple[str, str], ...] = ()  # more headers, as a proxy would send them
+    #: How many values "{n}" in a header takes, one request after another (0: none)
+    distinct: int = 0
 
     @property
     def route(self) -> str:
         return f"{self.method} {self.path}"
 
+
+#: The original URIs request r cycles through: more than a worker keeps judgments of
+#: (app/views/gateway.py), so that each request walks the rules, as distinct pages do.
+DISTINCT_URIS = 10_000
 
 REQUESTS = {
     request.key: request
@@ -64,7 +70,8 @@ REQUESTS = {
         Request("p", "GET /app through the proxy", "GET", "/app", 200, "user"),
         Request("r", "GET /auth/check, 100 rules, the match the last", "GET", "/auth/check",
                 200, "user", headers=(("X-Original-Method", "GET"),
-                                      ("X-Original-URI", "/app/items?page=2"))),
+                                      ("X-Original-URI", "/app/items/{n}?page=2")),
+                distinct=DISTINCT_URIS),
         Request("v", "GET /auth/ext-authz/app/items (Envoy's prefix)", "GET",
                 "/auth/ext-authz/app/items", 200, "user"),
     ]

@@ -79,6 +79,29 @@ def fixed_request_script(method: str, headers: dict[str, str], body: str | None)
     return "\n".join(lines) + "\n" + STATUS_COUNTER
 
 
+def numbered_request_script(method: str, headers: dict[str, str], distinct: int) -> str:
+    """Return a script that sends bodiless requests whose headers' "{n}" counts 1 to
+    ``distinct``, then again from 1."""
+    fixed = {name: value for name, value in headers.items() if "{n}" not in value}
+    numbered = [
+        f"wrk.headers[{lua_string(name)}] = {lua_string(before)} .. n .. {lua_string(after)}"
+        for name, value in headers.items()
+        if "{n}" in value
+        for before, after in [value.split("{n}", 1)]
+    ]
+    return (
+        fixed_request_script(method, fixed, None)
+        + f"""
+local n = 0
+request = function()
+    n = n % {int(distinct)} + 1
+    {chr(10).join(numbered)}
+    return wrk.format()
+end
+"""
+    )
+
+
 def bearer_cycle_script(token_file: Path) -> str:
     """Return a script that sends GETs, each with the next token of ``token_file`` (one a line)."""
     return (

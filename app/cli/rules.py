@@ -37,8 +37,9 @@ def check_command(method: str, url: str, role: str | None, token: str | None) ->
     if token is not None:
         role = _token_role(token)
     host, uri = _host_and_target(url)
-    methods = tuple(sorted({method, method.upper()}))
-    judgment = access.current().judge(methods, host, uri)
+    # judged as the gateway judges the method a proxy names (app/gateway/rules.py,
+    # method_readings): upper-cased, and a HEAD as its GET too
+    judgment = access.current().judge((method,), host, uri)
     click.echo(_rule_line(judgment))
     click.echo(f"verdict: {_verdict(judgment, role)}")
 

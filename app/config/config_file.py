@@ -153,6 +153,11 @@ def _kind_order(kind: type) -> int:
     return list(KIND_NAMES).index(kind)
 
 
+#: A store URL's query parameters that hold a secret: libpq's password, and the one of
+#: the client certificate's key.
+SECRET_QUERY_PARAMETERS = frozenset({"password", "sslpassword"})
+
+
 def url_password(url: str) -> str | None:
     """Return the password a store URL carries (in its user-info or query), or None."""
     try:
@@ -163,7 +168,7 @@ def url_password(url: str) -> str | None:
     if password:
         return password
     for name, value in parse_qsl(parts.query):
-        if name == "password" and value:
+        if name in SECRET_QUERY_PARAMETERS and value:
             return value
     return None
 
@@ -181,7 +186,7 @@ def mask_url_password(url: str) -> str:
             netloc = f"{user}:{MASK}@{host}"
         query = urlencode(
             [
-                (name, MASK if name == "password" else value)
+                (name, MASK if name in SECRET_QUERY_PARAMETERS else value)
                 for name, value in parse_qsl(parts.query, keep_blank_values=True)
             ],
             safe="*",

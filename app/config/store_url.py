@@ -6,6 +6,7 @@ limits' storage all read a URL the same way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -76,8 +77,12 @@ def postgres_url_problem(parameters: Mapping[str, object]) -> str | None:
     if negotiation == "direct" and mode not in {"require", "verify-ca", "verify-full"}:
         return "has sslnegotiation=direct, which needs sslmode=require, verify-ca or verify-full"
     # libpq would take the database's name from the user's, else from the account the
-    # service runs as, which is no database of the service's
-    if not parameters.get("dbname") and not parameters.get("user"):
+    # service runs as, which is no database of the service's; unless a connection service
+    # file or libpq's own variables (read from this process's environment) name them
+    named_elsewhere = parameters.get("service") or any(
+        os.environ.get(name) for name in ("PGDATABASE", "PGUSER", "PGSERVICE")
+    )
+    if not parameters.get("dbname") and not parameters.get("user") and not named_elsewhere:
         return (
             "names no database: put its name after the host and port"
             " (postgresql://token_service@db.internal:5432/token_service)"

@@ -45,6 +45,17 @@ class RulesFileError(ValueError):
     """The rules file cannot be used; the message is one line naming the file or the rule."""
 
 
+#: The last rules each file was read into in this process. gunicorn's master reads the file
+#: at start, at each HUP and before each fork, so a worker it forks inherits the master's
+#: last good reading: a file broken since then is logged, and never stops a worker booting.
+_read_well: dict[str, AccessRules] = {}
+
+
+def last_read_well(path: str) -> AccessRules | None:
+    """Return the rules ``path`` was last read into well in this process, or None."""
+    return _read_well.get(path)
+
+
 class Verdict(IntEnum):
     """What a rule allows, in order of strictness: a higher one is stricter."""
 
@@ -121,7 +132,7 @@ class AccessRules:
         if name is None and host is not None and self.by_host:
             return Judgment(Verdict.DENY, None, "a readable host")
         strictest: Judgment | None = None
-        for method in methods or (None,):
+        for method in method_readings(methods):
             for path in readings:
                 judgment = self._first_match(method, name, path)
                 if strictest is None or judgment.verdict > strictest.verdict:
@@ -152,6 +163,19 @@ class AccessRules:
         return NO_MATCH
 
 
+def method_readings(methods: tuple[str, ...] | None) -> tuple[str | None, ...]:
+    """Return every method an upstream may take the named ones for: each as named and
+    upper-cased (an upstream may take ``get`` for GET), and GET beside HEAD (an upstream
+    answers a HEAD as its GET); (None,) when none is named (an empty one names none)."""
+    named = {method.strip() for method in methods or ()} - {""}
+    if not named:
+        return (None,)
+    read = named | {method.upper() for method in named}
+    if "HEAD" in read:
+        read.add("GET")
+    return tuple(sorted(read))
+
+
 def read_rules_file(path: str) -> AccessRules:
     """Return the rules of the file at ``path``; raise RulesFileError saying what is wrong."""
     try:
@@ -161,7 +185,9 @@ def read_rules_file(path: str) -> AccessRules:
         raise RulesFileError(f"{SETTING} {path} cannot be read: {error.strerror}") from None
     if len(data) > MAX_FILE_BYTES:
         raise RulesFileError(f"{SETTING} {path} is larger than {MAX_FILE_BYTES} bytes")
-    return parse_rules(data, path)
+    rules = parse_rules(data, path)
+    _read_well[path] = rules
+    return rules
 
 
 def parse_rules(data: bytes, path: str = SETTING) -> AccessRules:
@@ -316,7 +342,9 @@ class AccessRulesFile:
     The file is looked at again at most once a ``interval`` seconds (its inode, size and
     mtime); a changed file that reads well replaces the rules, one that does not is
     reported to ``on_error`` and the rules in force stay, so a bad edit never fails a
-    request. A start with a bad file is refused (``read_rules_file`` raises).
+    request. A bad file at the start is refused (``read_rules_file`` raises), unless this
+    process read it well before (``last_read_well``: a worker of gunicorn's master, or an
+    app made again): then it is reported, and that last good reading is in force.
     """
 
     def __init__(
@@ -331,7 +359,14 @@ class AccessRulesFile:
         self.on_error = on_error
         self.interval = interval
         self._signature = _signature(path)
-        self._rules = read_rules_file(path)
+        try:
+            self._rules = read_rules_file(path)
+        except RulesFileError as error:
+            last = last_read_well(path)
+            if last is None:
+                raise
+            on_error(str(error))
+            self._rules = last
         self._next_look = monotonic() + interval
 
     def current(self) -> AccessRules:

@@ -8,6 +8,7 @@ the generated signing secret or key are created here too, before the workers for
 and every signing key is loaded once to check it.
 """
 
+import contextlib
 import errno
 import ipaddress
 import multiprocessing
@@ -21,6 +22,7 @@ from app.auth.keys import settings_key_ring
 from app.compat.gunicorn import quit_at_once, refuse_new_connections_when_stopping
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
+from app.gateway.rules import RulesFileError, read_rules_file
 from app.http.proxy import everyone_trusted_warning
 from app.instance import prepare_instance
 from app.observability.logging_config import ServiceGunicornLogger, logging_config
@@ -87,7 +89,9 @@ def refuse_an_address_in_use(server: Any) -> None:
     hint. Only the addresses gunicorn binds itself are checked: not a socket handed over
     by systemd (LISTEN_FDS), by a re-exec (USR2) or as a descriptor (fd://).
     """
-    if server.LISTENERS or server.master_pid or os.environ.get("LISTEN_FDS"):
+    # gunicorn takes systemd's sockets only when LISTEN_PID names this process
+    handed_over = os.environ.get("LISTEN_FDS") and os.environ.get("LISTEN_PID") == str(os.getpid())
+    if server.LISTENERS or server.master_pid or handed_over:
         return
     for address in server.cfg.address:
         if not isinstance(address, tuple):  # a Unix socket or a descriptor
@@ -96,6 +100,8 @@ def refuse_an_address_in_use(server: Any) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            if server.cfg.reuse_port:  # a port shared on purpose (--reuse-port) is no clash
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             try:
                 probe.bind(address)
             except OSError as error:
@@ -120,6 +126,16 @@ def on_exit(server: Any) -> None:
     folder = own_multiprocess_folder()
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# The master reads the rules file again before each fork (a HUP's new workers, or one that
+# replaces a worker that ended), so the worker inherits the newest good reading: with a
+# file broken since, it boots on that reading and logs the problem, instead of failing to
+# boot, which would stop the master (app/gateway/rules.py, last_read_well).
+def pre_fork(server: Any, worker: Any) -> None:
+    if settings.access_rules_file is not None:
+        with contextlib.suppress(RulesFileError):
+            read_rules_file(settings.access_rules_file)
 
 
 # Ctrl-C stops every process at once, and the terminal's SIGINT reaches the master only

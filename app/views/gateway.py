@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import BadRequest
-from werkzeug.routing import BaseConverter
+from werkzeug.routing import BaseConverter, Rule
 
 from app.auth.tokens import ROLES
 from app.config.settings import Settings
@@ -73,8 +73,8 @@ RULES_QUERY = "with ACCESS_RULES_FILE the check takes no query: the rules decide
 MISSING_ORIGINAL = "the proxy names no original method or URI, which the rules need"
 #: Where Envoy's ext_authz (HTTP service) asks: its path_prefix.
 ENVOY_PREFIX = "/auth/ext-authz"
-#: The methods Envoy may ask about, the original request's own (any other is a 405, which
-#: Envoy takes for a refusal).
+#: The methods of Envoy's routes that the OpenAPI document lists; ``route_any_method``
+#: routes every other method token there too (a 405 would be Envoy's refusal).
 ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 #: Where each proxy names the original method: nginx's snippet, then Traefik's and Caddy's.
 ORIGINAL_METHODS = ("HTTP_X_ORIGINAL_METHOD", "HTTP_X_FORWARDED_METHOD")
@@ -140,6 +140,20 @@ def ext_authz(path: str) -> Response:
     if rules is None:
         return _answer(())
     return _judged(rules.current(), (), (), envoy=True)
+
+
+@bp.record_once
+def route_any_method(state: BlueprintSetupState) -> None:
+    """Route every other method token to ``ext_authz`` too (PROPFIND, MKCOL, TRACE, a
+    custom one), after the routes above: Envoy asks with the original request's method,
+    and Flask routes only the methods it is given, so werkzeug's rules, which take any
+    method when they name none, are added beside them."""
+    endpoint = f"{state.name}.{ext_authz.__name__}"
+    prefix = (state.url_prefix or "") + ENVOY_PREFIX
+    state.app.url_map.add(
+        Rule(f"{prefix}/", endpoint=endpoint, defaults={"path": ""}, strict_slashes=False)
+    )
+    state.app.url_map.add(Rule(f"{prefix}/<any_path:path>", endpoint=endpoint))
 
 
 def _answer(required: tuple[str, ...]) -> Response:

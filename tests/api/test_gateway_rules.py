@@ -374,6 +374,27 @@ def test_envoy_asks_with_any_method_and_its_body_is_never_read(gate, tokens, met
     assert response.headers["X-Auth-Request-User"] == "alice"
 
 
+@pytest.mark.parametrize("method", ["PROPFIND", "MKCOL", "TRACE", "CONNECT", "PURGE", "X-CUSTOM"])
+@pytest.mark.parametrize("path", ["/app/items", ""])
+def test_envoy_asks_with_any_method_token_and_is_never_a_405(gate, tokens, method, path):
+    expected = 200 if path else 403  # "/": no rule
+    for token in (tokens["user"], tokens["admin"]):
+        response = envoy(gate, method, path, token)
+        assert response.status_code == expected
+    assert envoy(gate, method, path).status_code == (401 if path else 403)
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(method=st.from_regex(r"[A-Za-z!#$%&'*+.^_`|~0-9-]{1,20}", fullmatch=True))
+def test_envoy_judges_any_method_token_by_the_rules(gate, tokens, method):
+    # rules[4]: a DELETE on a host of example.com is for admins, whatever else it asks
+    expected = 403 if method.upper() == "DELETE" else 200
+    assert envoy(gate, method, "/app/items", tokens["user"]).status_code == expected
+    assert envoy(gate, method, "/app/items", tokens["admin"]).status_code == 200
+
+
 def test_envoy_reads_the_path_after_the_prefix_with_its_query(gate, tokens):
     assert envoy(gate, "GET", "/app/items?next=/admin/", tokens["user"]).status_code == 200
     assert envoy(gate, "GET", "", tokens["user"]).status_code == 403  # "/": no rule

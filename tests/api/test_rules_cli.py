@@ -77,6 +77,29 @@ def test_check_prints_the_rule_and_the_verdict(rules_app, arguments, rule, verdi
     assert second.startswith(verdict)
 
 
+@pytest.mark.parametrize("method", ["HEAD", "head", "GET", "get", "POST", "PROPFIND"])
+@pytest.mark.parametrize("role", ["user", "admin"])
+def test_check_judges_any_method_as_the_gateway_does(make_app, tmp_path, method, role):
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        '[[rules]]\nmethods = ["GET"]\npaths = ["/admin/"]\nallow = "admin"\n'
+        '[[rules]]\nallow = "user"\n'
+    )
+    app = make_app(ACCESS_RULES_FILE=str(path), TRUSTED_PROXIES="127.0.0.1/32", OPEN_LOGIN="true")
+    client = app.test_client()
+    token = login(client, "admin" if role == "admin" else "alice")["accessToken"]
+    gateway = client.get(
+        "/auth/check",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "X-Original-Method": method,
+            "X-Original-URI": "/admin/panel",
+        },
+    )
+    verdict = run(app, method, "/admin/panel", "--role", role).output.splitlines()[1]
+    assert verdict.startswith(f"verdict: {gateway.status_code} ")
+
+
 def test_check_verifies_a_token_as_the_check_does(rules_app):
     token = login(rules_app.test_client(), "admin")["accessToken"]
     result = run(rules_app, "GET", "https://app.example.com/admin/x", "--token", token)

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.container
 
 INSTANCE = "/var/lib/token-service"
 CONFIGMAP = ROOT / "deploy" / "kubernetes" / "base" / "configmap.yaml"
+DEPLOYMENT = ROOT / "deploy" / "kubernetes" / "base" / "deployment.yaml"
 USERS_FILE = f"{INSTANCE}/users.json"
 PASSWORD = "correct horse battery staple"
 #: gunicorn's graceful_timeout (app/serving/gunicorn_config.py), and the stop timeout the
@@ -319,20 +320,31 @@ def test_it_starts_on_an_empty_folder_of_another_user_writable_by_all_with_the_c
     image, tmp_path
 ):
     """As on Kubernetes: an emptyDir on the instance volume (root's, mode 0777), and the
-    ConfigMap's settings (deploy/kubernetes/base/configmap.yaml), its users file aside.
-    The service refuses such a folder as its instance folder; the ConfigMap names one
-    inside it."""
+    ConfigMap's config.toml (deploy/kubernetes/base/configmap.yaml) mounted read-only as
+    CONFIG_FILE at the mode the Deployment gives it, its users file aside. The service refuses
+    such a folder as its instance folder; the Deployment names one inside it."""
     empty_dir = tmp_path / "empty-dir"
     empty_dir.mkdir()
     empty_dir.chmod(0o777)
     (configmap,) = yaml.safe_load_all(CONFIGMAP.read_text())
-    settings = {**configmap["data"], "USERS_FILE": f"{INSTANCE}/users.json"}
+    # the Deployment's variables (CONFIG_FILE, INSTANCE_PATH), the Secrets' aside, and the
+    # mode its volume gives the ConfigMap's file
+    (deployment,) = yaml.safe_load_all(DEPLOYMENT.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    (pod_container,) = pod["containers"]
+    (volume,) = [item["configMap"] for item in pod["volumes"] if "configMap" in item]
+    config = tmp_path / "config.toml"
+    config.write_text(configmap["data"]["config.toml"])
+    config.chmod(volume["defaultMode"])
+    variables = {item["name"]: item["value"] for item in pod_container["env"] if "value" in item}
+    settings = {**variables, "USERS_FILE": f"{INSTANCE}/users.json"}
+    config_file = settings["CONFIG_FILE"]
     name = image.unique("emptydir")
     port = free_port()
     podman(
         image.env, "run", "--detach", "--name", name, "--read-only", "--read-only-tmpfs=false",
         "--health-interval=disable", f"--volume={empty_dir}:{INSTANCE}",
-        f"--publish=127.0.0.1:{port}:8080",
+        f"--volume={config}:{config_file}:ro", f"--publish=127.0.0.1:{port}:8080",
         *(f"--env={key}={value}" for key, value in settings.items()), image.name,
     )  # fmt: skip
     container = Container(image, "", settings, name=name, port=port)

@@ -9,6 +9,7 @@ kustomize feature they use; with kubectl on the machine, its kustomize must agre
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 
 from app.config.parsers import ConfigError
 from app.config.settings import Settings
+from app.serving import gunicorn_config
 from tests.helpers.containers import image_name
 from tests.helpers.tools import ROOT, require_tool
 
@@ -135,36 +137,114 @@ def test_the_deployment_runs_the_image_make_image_builds_as_the_container_tests_
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
-    # beyond gunicorn's graceful timeout, so a stopping pod answers what is in flight
-    assert pod["terminationGracePeriodSeconds"] > 20
     mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
     assert "/var/lib/token-service" in mounts  # the image's one volume, writable
     secrets = {
         variable["name"]: variable["valueFrom"]["secretKeyRef"]["name"]
         for variable in container["env"]
+        if "valueFrom" in variable
     }
     assert secrets == {
         "SIGNING_SECRET": "token-service-signing",
         "TOKEN_STORE_URL": "token-service-store",
     }
-    (source,) = container["envFrom"]
-    assert (
-        source["configMapRef"]["name"] == by_kind(base_resources(), "ConfigMap")["metadata"]["name"]
-    )
+    assert "envFrom" not in container  # the ConfigMap is the CONFIG_FILE, not variables
 
 
-def test_the_configmaps_settings_are_the_services_and_load_with_the_secrets_given(tmp_path):
-    settings = by_kind(base_resources(), "ConfigMap")["data"]
-    environ = {
-        **settings,
-        "SIGNING_SECRET": "s" * 48,
-        "TOKEN_STORE_URL": "redis://redis.example:6379/0",
-        "HOST": "0.0.0.0",  # the image's
-        "INSTANCE_PATH": str(tmp_path),
-    }
+def test_a_stopping_pod_keeps_serving_through_its_endpoints_removal_and_in_flight_requests():
+    pod = by_kind(base_resources(), "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "/bin/sleep"  # coreutils', in the Debian image; no shell needed
+    assert "FROM docker.io/library/debian:" in (ROOT / "Containerfile").read_text()
+    pause = int(command[1])
+    assert pause >= 5
+    graceful_timeout = 20  # app/serving/gunicorn_config.py
+    assert gunicorn_config.graceful_timeout == graceful_timeout
+    assert pod["terminationGracePeriodSeconds"] >= pause + graceful_timeout + 5
+
+
+def test_only_the_ingress_controllers_namespace_reaches_the_pods():
+    """BEHIND_PROXY=true holds only if no pod reaches gunicorn past the proxy."""
+    for resources in [base_resources(), *(rendered(overlay) for overlay in OVERLAYS)]:
+        policy = by_kind(resources, "NetworkPolicy")
+        assert "Ingress" in policy["spec"]["policyTypes"]
+        rules = policy["spec"]["ingress"]
+        assert rules
+        for rule in rules:
+            assert rule.get("from"), rule  # a rule without `from` admits every pod
+            for peer in rule["from"]:
+                assert set(peer) == {"namespaceSelector"}, peer
+                assert peer["namespaceSelector"]["matchLabels"] == {
+                    "kubernetes.io/metadata.name": "ingress-nginx"
+                }
+
+
+def configmap_file(pod: dict, configmap: dict) -> tuple[str, str, int]:
+    """Return CONFIG_FILE's path in the pod, the ConfigMap key it is, and the file's mode."""
+    (container,) = pod["containers"]
+    (path,) = [item["value"] for item in container["env"] if item["name"] == "CONFIG_FILE"]
+    (volume,) = [
+        item for item in pod["volumes"]
+        if item.get("configMap", {}).get("name") == configmap["metadata"]["name"]
+    ]  # fmt: skip
+    (mount,) = [item for item in container["volumeMounts"] if item["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    folder, _, key = path.rpartition("/")
+    assert folder == mount["mountPath"]
+    return path, key, volume["configMap"]["defaultMode"]
+
+
+def image_environment() -> dict[str, str]:
+    """Return the variables the Containerfile's final stage sets with ENV."""
+    final = (ROOT / "Containerfile").read_text().rsplit("\nFROM ", 1)[1]
+    (block,) = re.findall(r"^ENV ((?:.*\\\n)*.*)$", final, re.MULTILINE)
+    pairs = block.replace("\\\n", " ").split()
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_the_configmaps_file_is_the_services_config_file_and_loads_with_the_secrets_given(
+    tmp_path,
+):
+    """The ConfigMap's config.toml, at the mode its volume gives it, read through the
+    CONFIG_FILE the Deployment sets, below the image's variables and the Deployment's
+    (the Secrets' among them): what the pod runs with."""
+    configmap = by_kind(base_resources(), "ConfigMap")
+    pod = by_kind(base_resources(), "Deployment")["spec"]["template"]["spec"]
+    path, key, mode = configmap_file(pod, configmap)
+    assert set(configmap["data"]) == {key}
+    assert mode & 0o022 == 0  # the service refuses a file that others may write
+    config = tmp_path / key
+    config.write_text(configmap["data"][key])
+    config.chmod(mode)
+    (container,) = pod["containers"]
+    variables = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    secrets = {"SIGNING_SECRET": "s" * 48, "TOKEN_STORE_URL": "redis://redis.example:6379/0"}
+    environ = {**image_environment(), **variables, **secrets, "CONFIG_FILE": str(config)}
+    assert environ["HOST"] == "0.0.0.0"  # the image's
     try:
         loaded = Settings.load(environ=environ)
     except ConfigError as error:  # pragma: no cover - the message is the failure
         pytest.fail(f"the ConfigMap's settings do not load: {error}")
+    assert variables["CONFIG_FILE"] == path
     assert loaded.behind_proxy is True
     assert loaded.users_file == "/etc/token-service/users/users.json"
+    assert loaded.web_concurrency == 2
+    # inside the emptyDir, not the emptyDir itself (the image's), which the service refuses
+    assert loaded.instance_path == "/var/lib/token-service/pod"
+    _, origins, _ = Settings.gather({}, environ)
+    assert origins["BEHIND_PROXY"] == origins["USERS_FILE"] == "file"
+    assert origins["SIGNING_SECRET"] == "environment"
+
+
+def test_a_secret_in_the_configmaps_file_is_refused_at_its_mode(tmp_path):
+    """The file is readable by all in the pod: a secret there stops the service, so the
+    Secrets stay environment variables."""
+    configmap = by_kind(base_resources(), "ConfigMap")
+    pod = by_kind(base_resources(), "Deployment")["spec"]["template"]["spec"]
+    _, key, mode = configmap_file(pod, configmap)
+    config = tmp_path / key
+    config.write_text(configmap["data"][key] + 'SIGNING_SECRET = "' + "s" * 48 + '"\n')
+    config.chmod(mode)
+    with pytest.raises(ConfigError, match="holds the secret SIGNING_SECRET"):
+        Settings.load(environ={"CONFIG_FILE": str(config), "HOST": "0.0.0.0"})

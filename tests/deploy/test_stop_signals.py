@@ -1,8 +1,8 @@
 """Stopping `make run`'s gunicorn: Ctrl-C and TERM end it at once, every time.
 
 Ctrl-C at a terminal sends SIGINT to the whole foreground process group, master and
-workers alike; a container runtime's stop sends TERM to the master, a systemd unit's to
-every process of the unit. Before
+workers alike; a container runtime's stop sends TERM to the master, and so does a systemd
+unit's (KillMode=mixed: the master alone, which stops its workers). Before
 app/compat/gunicorn.py's quick shutdown, Ctrl-C hung a worker in about one stop of four,
 until the master killed it 20 s later and logged "Perhaps out of memory?".
 """

@@ -23,29 +23,56 @@ class Caddy:
         stop_process(self.process)
 
 
-def caddy_config(port: int, service_port: int, upstream_port: int) -> str:
-    """Return the shipped Caddyfile with this test's ports, on loopback, over plain HTTP,
-    and with no admin endpoint (two tests' Caddys would share its port)."""
+#: What begins each line of the shipped Caddyfile's browser sign-in, commented out.
+SIGNIN_MARK = "#signin "
+
+
+def caddy_config(
+    port: int,
+    service_port: int,
+    upstream_port: int,
+    host: str = "127.0.0.1",
+    signin_provider: str | None = None,
+) -> str:
+    """Return the shipped Caddyfile with this test's ports, on ``host``, over plain HTTP,
+    and with no admin endpoint (two tests' Caddys would share its port); with the browser
+    sign-in uncommented, as its comment says, for ``signin_provider``."""
     text = CADDYFILE.read_text()
-    for old, new in [
-        ("app.example.com {", f"http://:{port} {{\n\tbind 127.0.0.1"),
+    replacements = [
+        ("app.example.com {", f"http://:{port} {{\n\tbind {host}"),
         ("forward_auth 127.0.0.1:8080 {", f"forward_auth 127.0.0.1:{service_port} {{"),
         ("reverse_proxy 127.0.0.1:9000 {", f"reverse_proxy 127.0.0.1:{upstream_port} {{"),
-    ]:
+    ]
+    if signin_provider is not None:
+        assert text.count(f"\n{SIGNIN_MARK}") > 10, "no sign-in in the Caddyfile"
+        text = text.replace(f"\n{SIGNIN_MARK}", "\n")
+        replacements += [
+            ("\t\treverse_proxy 127.0.0.1:8080\n", f"\t\treverse_proxy 127.0.0.1:{service_port}\n"),
+            ("/auth/corp/login", f"/auth/{signin_provider}/login"),
+        ]
+    for old, new in replacements:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     return "{\n\tadmin off\n}\n\n" + text
 
 
-def start_caddy(folder: Path, service_port: int, upstream_port: int) -> Caddy:
-    """Start Debian's caddy with the shipped Caddyfile; its state goes to ``folder``."""
+def start_caddy(
+    folder: Path,
+    service_port: int,
+    upstream_port: int,
+    host: str = "127.0.0.1",
+    signin_provider: str | None = None,
+    port: int | None = None,
+) -> Caddy:
+    """Start Debian's caddy with the shipped Caddyfile (``caddy_config``); its state goes to
+    ``folder``."""
     binary = which("caddy")
     require_tool(binary is not None, "caddy", "apt-get install caddy")
     assert binary is not None
     folder.mkdir()
-    port = free_port()
+    port = port or free_port()
     config = folder / "Caddyfile"
-    config.write_text(caddy_config(port, service_port, upstream_port))
+    config.write_text(caddy_config(port, service_port, upstream_port, host, signin_provider))
     env = {
         **base_environment(),
         "HOME": str(folder),
@@ -65,10 +92,10 @@ def start_caddy(folder: Path, service_port: int, upstream_port: int) -> Caddy:
         if process.poll() is not None:
             raise RuntimeError(log.read_text()[-2000:])
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            socket.create_connection((host, port), timeout=1).close()
             return True
         except OSError:
             return False
 
     wait_until(ready, 15, "caddy")
-    return Caddy(f"http://127.0.0.1:{port}", process)
+    return Caddy(f"http://{host}:{port}", process)

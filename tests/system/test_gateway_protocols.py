@@ -306,7 +306,9 @@ def test_the_cookie_token_passes_a_sibling_hosts_get_never_its_post(ask, service
 
 def test_the_envoy_prefix_answers_any_method_and_reads_no_body(service):
     user = bearer(service.token("user"))
-    for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "OPTIONS"]:
+    for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "OPTIONS", "PROPFIND", "MKCOL"]:
+        assert envoy(service, method, "/reports", user)[0] == 200, method
+    for method in ["TRACE", "X-CUSTOM", "SEARCH"]:  # any token, never a 405
         assert envoy(service, method, "/reports", user)[0] == 200, method
     headers = {"host": HOST, "content-length": "5", **user}  # a body the check never reads
     connection = http.client.HTTPConnection("127.0.0.1", service.server.port, timeout=10)

@@ -9,8 +9,10 @@ import os
 import secrets
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
@@ -92,8 +94,8 @@ class Upstream:
 
 
 class Stack:
-    def __init__(self, url: str, upstream: Upstream, service: Gunicorn) -> None:
-        self.url, self.upstream, self.service = url, upstream, service
+    def __init__(self, url: str, upstream: Upstream, service: Gunicorn, rules: Path) -> None:
+        self.url, self.upstream, self.service, self.rules = url, upstream, service, rules
 
     def token(self, username: str) -> str:
         answer = fresh("POST", f"{self.service.url}/login", json={"username": username})
@@ -162,7 +164,7 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
 
     try:
         wait_until(ready, 15, "nginx")
-        yield Stack(url, upstream, service)
+        yield Stack(url, upstream, service, rules)
     finally:
         stop_process(process)
         upstream.stop()
@@ -206,3 +208,17 @@ def test_no_spelling_of_the_admin_path_reaches_the_upstream_with_a_users_token(s
     before = len(stack.upstream.seen)
     assert stack.get(path, user) == 403
     assert len(stack.upstream.seen) == before
+
+
+def test_a_rules_change_does_not_drop_a_kept_pass_until_it_expires(stack):
+    # docs/gateway.md, the verdict cache: the bound is AUTH_CHECK_CACHE_SECONDS (30 here)
+    user = stack.token("carol")
+    assert stack.get("/reports/kept", user) == 200  # kept by nginx for 30 s
+    closed = '[[rules]]\npaths = ["/reports/"]\nallow = "admin"\n'
+    stack.rules.write_text(closed + RULES)
+    try:
+        time.sleep(1.5)  # each worker reads the changed file within a second
+        assert stack.get("/reports/new", user) == 403
+        assert stack.get("/reports/kept", user) == 200  # the old rules' pass, from the cache
+    finally:
+        stack.rules.write_text(RULES)

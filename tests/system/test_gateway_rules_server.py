@@ -171,3 +171,112 @@ def test_a_changed_file_is_read_again_with_no_failed_request(
     log = server.log_path.read_text()
     assert "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody'" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.gunicorn
+def test_a_hup_with_a_bad_file_keeps_the_service_and_its_rules(
+    gunicorn_server, signing_secret, tmp_path
+):
+    rules = tmp_path / "rules.toml"
+    rules.write_text(ADMIN_ONLY)
+    server = gunicorn_server(
+        {
+            "SIGNING_SECRET": signing_secret,
+            "ACCESS_RULES_FILE": str(rules),
+            "TRUSTED_PROXIES": "127.0.0.1/32",
+            "OPEN_LOGIN": "true",
+        },
+        workers=2,
+    )
+    assert server.process is not None
+    login = fresh("POST", f"{server.url}/login", json={"username": "alice", "password": "x"})
+    token = login.json()["accessToken"]
+
+    def hup() -> float:
+        """Send a HUP; return when every worker is a new one."""
+        assert server.process is not None
+        old_workers = set(server.worker_pids())
+        os.kill(server.process.pid, signal.SIGHUP)
+        wait_until(
+            lambda: server.worker_pids() and not old_workers & set(server.worker_pids()),
+            30,
+            "the new workers",
+        )
+        return time.monotonic()
+
+    with Load(server.url, token) as load:
+        wait_until(lambda: len(load.answers) > 20, 20, "the first answers")
+        replace(rules, '[[rules]]\nallow = "nobody"\n')
+        renewed = hup()
+        time.sleep(1.5)
+        assert server.process.poll() is None  # the master lives
+        assert load.statuses_since(renewed) == {403}  # the new workers judge the old rules
+        assert load.statuses_since(0) == {403}  # and no request failed
+
+        worker = server.worker_pids()[0]
+        os.kill(worker, signal.SIGKILL)  # the master forks another, on the bad file
+        wait_until(
+            lambda: len(server.worker_pids()) == 2 and worker not in server.worker_pids(),
+            30,
+            "the worker in place of the killed one",
+        )
+        replaced = time.monotonic()
+        time.sleep(1.5)
+        assert server.process.poll() is None
+        assert load.statuses_since(replaced) == {403}  # the new worker judges the old rules
+
+        replace(rules, USERS_TOO)
+        fixed = hup()
+        time.sleep(1.5)
+    assert load.statuses_since(fixed) == {200}
+    # only the killed worker's requests may have failed
+    assert load.statuses_since(0) <= {200, 403, "ConnectionError"}
+    assert server.process.poll() is None
+    log = server.log_path.read_text()
+    problem = "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody' (public, user, admin or deny)"
+    lines = [line for line in log.splitlines() if problem in line]
+    assert lines
+    assert all("ERROR" in line for line in lines)
+    assert "Traceback" not in log
+    assert "Worker failed to boot" not in log
+
+
+@pytest.mark.gunicorn
+def test_a_worker_started_on_a_bad_file_takes_the_newest_rules_its_master_read(
+    gunicorn_server, signing_secret, tmp_path
+):
+    rules = tmp_path / "rules.toml"
+    rules.write_text(ADMIN_ONLY)
+    server = gunicorn_server(
+        {
+            "SIGNING_SECRET": signing_secret,
+            "ACCESS_RULES_FILE": str(rules),
+            "TRUSTED_PROXIES": "127.0.0.1/32",
+            "OPEN_LOGIN": "true",
+        },
+        workers=1,
+    )
+    assert server.process is not None
+    token = fresh("POST", f"{server.url}/login", json={"username": "alice"}).json()["accessToken"]
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "X-Original-Method": "GET",
+        "X-Original-URI": "/app/items",
+    }
+
+    def restart_the_worker() -> None:
+        (worker,) = server.worker_pids()
+        os.kill(worker, signal.SIGKILL)
+        wait_until(
+            lambda: len(server.worker_pids()) == 1 and worker not in server.worker_pids(),
+            30,
+            "the worker in place of the killed one",
+        )
+        wait_until(lambda: fresh("GET", f"{server.url}/healthz").status_code == 200, 30, "it")
+
+    replace(rules, USERS_TOO)
+    restart_the_worker()  # the master reads the file before it forks
+    replace(rules, '[[rules]]\nallow = "nobody"\n')
+    restart_the_worker()
+    assert fresh("GET", f"{server.url}/auth/check", headers=headers).status_code == 200
+    assert server.process.poll() is None

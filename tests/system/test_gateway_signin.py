@@ -7,14 +7,13 @@ provider and lands back on the URL it asked for; the upstream then sees who it i
 role the provider's groups grant and the email only when the provider verified it. An API
 client keeps its 401. Driven by a client that asks for pages, and once by Debian's
 headless Chromium, whose requests say which site they come from (Sec-Fetch-Site). The
-same through Caddy, with docs/gateway.md's forward_auth block.
+same through Caddy, with deploy/caddy/Caddyfile's sign-in lines uncommented.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 import requests
 
 from tests.helpers.browser import chromium, wait_for
+from tests.helpers.caddy import start_caddy
 from tests.helpers.echo_upstream import EchoUpstream, headers_of
 from tests.helpers.nginx import nginx_binary, site_config
 from tests.helpers.oidc_harness import node_unavailable_reason, start_provider, walk_login
@@ -287,42 +287,14 @@ def test_a_real_browser_signs_in_through_the_gateway_and_lands_back(site, tmp_pa
     assert headers_of(received, "X-Auth-Request-Email") == ["admin-zoe@example.com"]
 
 
-# --- Caddy: docs/gateway.md's forward_auth sign-in ----------------------------------------
-
-
-def caddy_signin_block() -> str:
-    """Return docs/gateway.md's Caddy sign-in block."""
-    page = (ROOT / "docs" / "gateway.md").read_text()
-    match = re.search(
-        r"<!-- caddy-signin:start -->\n```caddy\n(.*?)```\n<!-- caddy-signin:end -->", page, re.S
-    )
-    assert match, "no caddy-signin block"
-    return match.group(1)
-
-
-def caddyfile(port: int, service_port: int, upstream_port: int) -> str:
-    block = caddy_signin_block()
-    for old, new in [
-        ("127.0.0.1:8080", f"127.0.0.1:{service_port}"),
-        ("/auth/corp/", "/auth/local/"),
-    ]:
-        assert block.count(old) == 1, old
-        block = block.replace(old, new)
-    return (
-        "{\n    admin off\n    auto_https off\n}\n"
-        f"http://{HOST}:{port} {{\n"
-        "    @login path_regexp ^/auth/[a-z0-9_-]+/(login|callback)$\n"
-        f"    handle @login {{\n        reverse_proxy 127.0.0.1:{service_port}\n    }}\n"
-        f"    handle {{\n{block}\n        reverse_proxy 127.0.0.1:{upstream_port}\n    }}\n"
-        "}\n"
-    )
+# --- Caddy: deploy/caddy/Caddyfile with its sign-in lines -------------------------------
 
 
 @pytest.fixture(scope="module")
 def caddy_site(tmp_path_factory) -> Iterator[Site]:
-    """Caddy with the documented sign-in before the service and the provider, as ``site``."""
-    caddy = shutil.which("caddy")
-    require_tool(caddy is not None, "caddy", "apt-get install caddy")
+    """The shipped Caddyfile, its sign-in uncommented, before the service and the provider,
+    as ``site``."""
+    require_tool(shutil.which("caddy") is not None, "caddy", "apt-get install caddy")
     reason = node_unavailable_reason()
     require_tool(reason is None, "node and the oidc-provider package", str(reason))
     folder = tmp_path_factory.mktemp("caddy-signin")
@@ -333,43 +305,21 @@ def caddy_site(tmp_path_factory) -> Iterator[Site]:
     service = Gunicorn(service_environment(folder, provider.issuer), 1, folder / "gunicorn.log")
     try:
         service.start()
-        (folder / "Caddyfile").write_text(caddyfile(port, service.port, echo.port))
-        environment = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(folder),
-            "XDG_DATA_HOME": str(folder / "data"),
-            "XDG_CONFIG_HOME": str(folder / "config"),
-        }
-        log = (folder / "caddy.log").open("wb")
-        process = subprocess.Popen(
-            [str(caddy), "run", "--config", str(folder / "Caddyfile"), "--adapter", "caddyfile"],
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        caddy = start_caddy(
+            folder / "caddy", service.port, echo.port, HOST, signin_provider="local", port=port
         )
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError((folder / "caddy.log").read_text())
-            try:
-                requests.get(f"{url}/auth/local/login", timeout=3)
-                return True
-            except requests.RequestException:
-                return False
-
+        assert caddy.url == url
         try:
-            wait_until(ready, 15, "caddy")
-            yield Site(url, provider.issuer, echo)
+            yield Site(caddy.url, provider.issuer, echo)
         finally:
-            stop_process(process)
-            log.close()
+            caddy.stop()
     finally:
         service.kill()
         echo.stop()
         provider.stop()
 
 
-def test_caddys_documented_sign_in_sends_a_browser_to_the_login_and_back(caddy_site):
+def test_caddys_shipped_sign_in_sends_a_browser_to_the_login_and_back(caddy_site):
     browser = Browser()
     landed = caddy_site.sign_in(browser, "/reports", login="admin-carol")
     assert landed.status_code == 200, landed.text
@@ -379,8 +329,16 @@ def test_caddys_documented_sign_in_sends_a_browser_to_the_login_and_back(caddy_s
     assert headers_of(received, "X-Auth-Request-Email") == ["admin-carol@example.com"]
 
 
+def test_caddys_sign_in_brings_a_browser_back_to_a_page_with_a_query(caddy_site):
+    browser = Browser()
+    landed = caddy_site.sign_in(browser, "/reports?year=2026", login="carol")
+    assert landed.status_code == 200, landed.text
+    assert landed.json()["path"] == "/reports?year=2026"
+    assert headers_of(landed.json(), "X-Auth-Request-Groups") == ["user"]
+
+
 @pytest.mark.parametrize("accept", [None, "application/json"])
-def test_caddys_documented_sign_in_keeps_an_api_clients_401(caddy_site, accept):
+def test_caddys_shipped_sign_in_keeps_an_api_clients_401(caddy_site, accept):
     headers = {} if accept is None else {"Accept": accept}
     answer = requests.get(
         caddy_site.url + "/reports", headers=headers, allow_redirects=False, timeout=10

@@ -11,8 +11,16 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from app.config.parsers import ConfigError
 from app.gateway.paths import FOLDS, host_name, path_readings, query_methods, remove_dot_segments
-from app.gateway.rules import AccessRulesFile, RulesFileError, Verdict, parse_rules
+from app.gateway.rules import (
+    AccessRulesFile,
+    RulesFileError,
+    Verdict,
+    parse_rules,
+    read_rules_file,
+)
+from app.instance import check_access_rules_file
 from tests.helpers.paths import CANONICAL, UNREADABLE, method_named, rewritten, tricked
 from tests.helpers.tools import ROOT
 
@@ -152,6 +160,12 @@ def test_a_rule_that_depends_on_what_the_request_does_not_tell_denies(methods, h
     judgment = ACCESS.judge(methods, host, uri)
     assert judgment.verdict is Verdict.DENY
     assert judgment.unknown == unknown
+
+
+@pytest.mark.parametrize("methods", [("",), (" ",), ("", " ")])
+def test_an_empty_method_names_none(methods):
+    judgment = ACCESS.judge(methods, "a.example.com", "/x")
+    assert (judgment.verdict, judgment.unknown) == (Verdict.DENY, "the method")
 
 
 def test_a_rule_that_depends_on_nothing_unknown_still_decides():
@@ -428,6 +442,24 @@ def test_a_changed_file_is_read_again_and_a_bad_change_keeps_the_rules_in_force(
     assert problems == [
         "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody' (public, user, admin or deny)"
     ]
+
+
+def test_a_file_read_well_before_in_this_process_is_never_refused_only_reported(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text(rules_toml('allow = "admin"'))
+    read_rules_file(str(path))  # as gunicorn's master does before it forks a worker
+    path.write_text(rules_toml('allow = "nobody"'))
+    problems: list[str] = []
+    live = AccessRulesFile(str(path), monotonic=lambda: 0.0, on_error=problems.append)
+    assert live.current().rules[0].verdict is Verdict.ADMIN
+    assert problems == [
+        "ACCESS_RULES_FILE rules[1]: unknown verdict 'nobody' (public, user, admin or deny)"
+    ]
+    check_access_rules_file(str(path))  # a reload of the settings does not stop either
+    other = tmp_path / "other.toml"
+    other.write_text(rules_toml('allow = "nobody"'))
+    with pytest.raises(ConfigError, match="unknown verdict"):  # a first start does
+        check_access_rules_file(str(other))
 
 
 def test_a_missing_file_is_refused(tmp_path):

@@ -855,7 +855,9 @@ def test_direct_ssl_negotiation_without_an_sslmode_that_insists_on_tls_is_refuse
         "postgres://db.internal?sslmode=require",
     ],
 )
-def test_a_postgres_url_that_names_no_database_is_refused_in_one_line(url):
+def test_a_postgres_url_that_names_no_database_is_refused_in_one_line(url, monkeypatch):
+    for name in LIBPQ_NAMING_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigError) as raised:
         Settings.load({"TOKEN_STORE_URL": url}, environ={})
     assert str(raised.value) == (
@@ -874,6 +876,20 @@ def test_a_postgres_url_that_names_no_database_is_refused_in_one_line(url):
     ],
 )
 def test_a_postgres_url_that_can_connect_is_accepted(url):
+    assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url
+
+
+#: libpq's variables that name the database or user of a URL that names neither.
+LIBPQ_NAMING_VARIABLES = ("PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+@pytest.mark.parametrize("variable", [None, *LIBPQ_NAMING_VARIABLES])
+def test_a_database_named_by_a_service_file_or_libpqs_variables_is_accepted(variable, monkeypatch):
+    for name in LIBPQ_NAMING_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    url = "postgresql://db.internal:5432" + ("" if variable else "?service=tokens")
+    if variable:
+        monkeypatch.setenv(variable, "tokens")
     assert Settings.load({"TOKEN_STORE_URL": url}, environ={}).token_store_url == url
 
 
