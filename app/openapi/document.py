@@ -127,13 +127,18 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
+#: The methods an OpenAPI path item may document (OPTIONS aside: werkzeug answers it).
+DOCUMENTED_METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "TRACE")
+
+
 def routes(app: Flask) -> set[tuple[str, str]]:
-    """Return the (path template, lower-case method) pairs that ``app`` routes."""
+    """Return the (path template, lower-case method) pairs that ``app`` routes; a rule of
+    no methods routes any (Envoy's prefix)."""
     return {
         (template(rule.rule), method.lower())
         for rule in app.url_map.iter_rules()
         if rule.endpoint != "static"
-        for method in rule.methods or ()
+        for method in rule.methods or DOCUMENTED_METHODS
         if method != "OPTIONS"
     }
 

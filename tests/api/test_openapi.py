@@ -344,7 +344,7 @@ def test_security_schemes_are_bearer_jwt_and_the_auth_cookie(make_app):
         **{
             (path, method): [{"bearerAuth": []}]
             for path in ("/auth/ext-authz/", "/auth/ext-authz/{path}")
-            for method in ("get", "head", "post", "put", "delete", "patch")
+            for method in ("get", "head", "post", "put", "delete", "patch", "trace")
         },
         ("/api/v1/me", "get"): [{"cookieAuth": []}],
         ("/api/v1/me", "head"): [{"cookieAuth": []}],

@@ -71,13 +71,14 @@ def variables_blanked(path: str) -> str:
 
 
 def routed(app: Flask) -> set[tuple[str, str]]:
-    """Return every path and method ``app`` routes, as ``documented`` names them."""
+    """Return every path and method ``app`` routes, as ``documented`` names them; a rule of
+    no methods routes every method (Envoy's prefix), of which OpenAPI names these."""
     return {
         (variables_blanked(rule.rule), method.lower())
         for rule in app.url_map.iter_rules()
         if rule.endpoint != "static"
-        for method in rule.methods or ()
-        if method != "OPTIONS"  # PROVIDE_AUTOMATIC_OPTIONS is off: no route serves it
+        for method in rule.methods or HTTP_METHODS
+        if method.upper() != "OPTIONS"  # PROVIDE_AUTOMATIC_OPTIONS is off: no route serves it
     }
 
 
