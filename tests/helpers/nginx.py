@@ -73,6 +73,20 @@ def start_gateway_nginx(
         site_config(free_port(), service_port, prefix / "service-access.log")
     )
     (prefix / "gateway.conf").write_text(gateway_site(port))
+    process = run_nginx(
+        prefix,
+        f"{http}\ninclude {prefix}/site.conf;\ninclude {prefix}/gateway.conf;",
+        f"http://127.0.0.1:{port}/_ready",
+    )
+    return Nginx(f"http://127.0.0.1:{port}", port, process, prefix)
+
+
+def run_nginx(prefix: Path, http: str, ready_url: str) -> subprocess.Popen:
+    """Start Debian's nginx in ``prefix``, a folder of its own, with ``http`` in its http
+    block, and return it once ``ready_url`` answers (stopped, and raising, if it never does)."""
+    binary = nginx_binary()
+    require_tool(binary is not None, "nginx", "apt-get install nginx")
+    assert binary is not None
     temp_paths = "\n".join(
         f"{kind}_temp_path {prefix}/{kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
@@ -80,8 +94,7 @@ def start_gateway_nginx(
     (prefix / "nginx.conf").write_text(
         f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
         f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
-        f"http {{\n{temp_paths}\naccess_log off;\n{http}\ninclude {prefix}/site.conf;\n"
-        f"include {prefix}/gateway.conf;\n}}\n"
+        f"http {{\n{temp_paths}\naccess_log off;\n{http}\n}}\n"
     )
     error_log = prefix / "error.log"
     process = subprocess.Popen(
@@ -89,16 +102,19 @@ def start_gateway_nginx(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
         if process.poll() is not None:
             raise RuntimeError(error_log.read_text())
         try:
-            requests.get(f"{url}/_ready", timeout=3)
+            requests.get(ready_url, timeout=3)
             return True
         except requests.RequestException:
             return False
 
-    wait_until(ready, 15, "nginx")
-    return Nginx(url, port, process, prefix)
+    try:
+        wait_until(ready, 15, "nginx")
+    except BaseException:
+        stop_process(process)
+        raise
+    return process

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,8 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers.nginx import nginx_binary
-from tests.helpers.servers import Gunicorn, free_port, fresh, stop_process, wait_until
+from tests.helpers.nginx import nginx_binary, run_nginx
+from tests.helpers.servers import Gunicorn, free_port, fresh, stop_process
 from tests.helpers.tools import require_tool
 
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn]
@@ -115,8 +114,7 @@ def _bearer(token: str | None) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[Stack]:
-    binary = nginx_binary()
-    require_tool(binary is not None, "nginx", "apt-get install nginx")
+    require_tool(nginx_binary() is not None, "nginx", "apt-get install nginx")  # first
     folder = tmp_path_factory.mktemp("rules-nginx")
     rules = folder / "rules.toml"
     rules.write_text(RULES)
@@ -136,34 +134,9 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     prefix.mkdir()
     port = free_port()
     site = SITE.format(prefix=prefix, service=service.port, port=port, upstream=upstream.port)
-    temp_paths = "\n".join(
-        f"{kind}_temp_path {prefix}/{kind};"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    (prefix / "nginx.conf").write_text(
-        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
-        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 64; }}\n"
-        f"http {{\n{temp_paths}\naccess_log off;\n{site}}}\n"
-    )
-    error_log = prefix / "error.log"
-    process = subprocess.Popen(
-        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(error_log)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(error_log.read_text())
-        try:
-            requests.get(f"{url}/public/ready", timeout=3)
-            return True
-        except requests.RequestException:
-            return False
-
+    process = run_nginx(prefix, site, f"{url}/public/ready")
     try:
-        wait_until(ready, 15, "nginx")
         yield Stack(url, upstream, service, rules)
     finally:
         stop_process(process)

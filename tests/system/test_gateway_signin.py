@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +27,10 @@ import requests
 from tests.helpers.browser import chromium, wait_for
 from tests.helpers.caddy import start_caddy
 from tests.helpers.echo_upstream import EchoUpstream, headers_of
-from tests.helpers.nginx import nginx_binary, site_config
+from tests.helpers.nginx import nginx_binary, run_nginx, site_config
 from tests.helpers.oidc_harness import node_unavailable_reason, start_provider, walk_login
 from tests.helpers.onward_page import onward_url
-from tests.helpers.servers import Gunicorn, free_port, stop_process, wait_until
+from tests.helpers.servers import Gunicorn, free_port, stop_process
 from tests.helpers.tools import ROOT, require_tool
 
 pytestmark = [pytest.mark.nginx, pytest.mark.gunicorn, pytest.mark.oidc]
@@ -106,8 +105,6 @@ def gateway_site(port: int, upstream_port: int, prefix: Path) -> str:
 
 
 def start_nginx(prefix: Path, port: int, service_port: int, upstream_port: int):
-    binary = nginx_binary()
-    require_tool(binary is not None, "nginx", "apt-get install nginx")
     snippets = prefix / "snippets"
     snippets.mkdir(parents=True)
     for name in ("gateway-check.conf", "gateway-identity.conf"):
@@ -119,34 +116,11 @@ def start_nginx(prefix: Path, port: int, service_port: int, upstream_port: int):
         site_config(free_port(), service_port, prefix / "service-access.log")
     )
     (prefix / "gateway.conf").write_text(gateway_site(port, upstream_port, prefix))
-    temp_paths = "\n".join(
-        f"{kind}_temp_path {prefix}/{kind};"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    return run_nginx(
+        prefix,
+        f"include {prefix}/site.conf;\ninclude {prefix}/gateway.conf;",
+        f"http://{HOST}:{port}/auth/local/login",
     )
-    (prefix / "nginx.conf").write_text(
-        f"{USER}daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n"
-        f"error_log {prefix}/error.log warn;\nevents {{ worker_connections 128; }}\n"
-        f"http {{\n{temp_paths}\naccess_log off;\ninclude {prefix}/site.conf;\n"
-        f"include {prefix}/gateway.conf;\n}}\n"
-    )
-    error_log = prefix / "error.log"
-    process = subprocess.Popen(
-        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(error_log)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(error_log.read_text())
-        try:
-            requests.get(f"http://{HOST}:{port}/auth/local/login", timeout=3)
-            return True
-        except requests.RequestException:
-            return False
-
-    wait_until(ready, 15, "nginx")
-    return process
 
 
 def service_environment(folder: Path, issuer: str) -> dict[str, str]:
@@ -177,6 +151,7 @@ def site(tmp_path_factory) -> Iterator[Site]:
     admins, this host allowed to return to) and a provider that knows nginx's callback."""
     reason = node_unavailable_reason()
     require_tool(reason is None, "node and the oidc-provider package", str(reason))
+    require_tool(nginx_binary() is not None, "nginx", "apt-get install nginx")
     folder = tmp_path_factory.mktemp("signin")
     port = free_port()
     url = f"http://{HOST}:{port}"
