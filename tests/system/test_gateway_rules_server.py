@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -78,6 +79,19 @@ def replace(path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def ruled_server(gunicorn_server, signing_secret: str, rules: Path, workers: int):
+    """Return a real gunicorn judging by ``rules``, trusting this host as its proxy."""
+    return gunicorn_server(
+        {
+            "SIGNING_SECRET": signing_secret,
+            "ACCESS_RULES_FILE": str(rules),
+            "TRUSTED_PROXIES": "127.0.0.1/32",
+            "OPEN_LOGIN": "true",
+        },
+        workers=workers,
+    )
+
+
 @pytest.mark.gunicorn
 def test_the_documented_curl_example_answers_as_the_page_says(
     gunicorn_server, signing_secret, tmp_path
@@ -86,15 +100,7 @@ def test_the_documented_curl_example_answers_as_the_page_says(
     page = PAGE.read_text()
     rules = tmp_path / "rules.toml"
     rules.write_text(page.split("## Access rules", 1)[1].split("```toml\n", 1)[1].split("```")[0])
-    server = gunicorn_server(
-        {
-            "SIGNING_SECRET": signing_secret,
-            "ACCESS_RULES_FILE": str(rules),
-            "TRUSTED_PROXIES": "127.0.0.1/32",
-            "OPEN_LOGIN": "true",
-        },
-        workers=1,
-    )
+    server = ruled_server(gunicorn_server, signing_secret, rules, workers=1)
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", marked_block(page, "gateway-rules")],
         env={"PATH": "/usr/bin:/bin", "BASE_URL": server.url},
@@ -132,15 +138,7 @@ def test_a_changed_file_is_read_again_with_no_failed_request(
 ):
     rules = tmp_path / "rules.toml"
     rules.write_text(ADMIN_ONLY)
-    server = gunicorn_server(
-        {
-            "SIGNING_SECRET": signing_secret,
-            "ACCESS_RULES_FILE": str(rules),
-            "TRUSTED_PROXIES": "127.0.0.1/32",
-            "OPEN_LOGIN": "true",
-        },
-        workers=2,
-    )
+    server = ruled_server(gunicorn_server, signing_secret, rules, workers=2)
     login = fresh("POST", f"{server.url}/login", json={"username": "alice", "password": "x"})
     token = login.json()["accessToken"]
     with Load(server.url, token) as load:
@@ -179,15 +177,7 @@ def test_a_hup_with_a_bad_file_keeps_the_service_and_its_rules(
 ):
     rules = tmp_path / "rules.toml"
     rules.write_text(ADMIN_ONLY)
-    server = gunicorn_server(
-        {
-            "SIGNING_SECRET": signing_secret,
-            "ACCESS_RULES_FILE": str(rules),
-            "TRUSTED_PROXIES": "127.0.0.1/32",
-            "OPEN_LOGIN": "true",
-        },
-        workers=2,
-    )
+    server = ruled_server(gunicorn_server, signing_secret, rules, workers=2)
     assert server.process is not None
     login = fresh("POST", f"{server.url}/login", json={"username": "alice", "password": "x"})
     token = login.json()["accessToken"]
@@ -247,15 +237,7 @@ def test_a_worker_started_on_a_bad_file_takes_the_newest_rules_its_master_read(
 ):
     rules = tmp_path / "rules.toml"
     rules.write_text(ADMIN_ONLY)
-    server = gunicorn_server(
-        {
-            "SIGNING_SECRET": signing_secret,
-            "ACCESS_RULES_FILE": str(rules),
-            "TRUSTED_PROXIES": "127.0.0.1/32",
-            "OPEN_LOGIN": "true",
-        },
-        workers=1,
-    )
+    server = ruled_server(gunicorn_server, signing_secret, rules, workers=1)
     assert server.process is not None
     token = fresh("POST", f"{server.url}/login", json={"username": "alice"}).json()["accessToken"]
     headers = {
