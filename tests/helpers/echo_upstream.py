@@ -17,10 +17,12 @@ class EchoUpstream:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
                 received = {
                     "method": self.command,
                     "path": self.path,
                     "headers": [[name, value] for name, value in self.headers.items()],
+                    "body": self.rfile.read(length).decode("latin-1"),
                 }
                 upstream.seen.append(received)
                 body = json.dumps(received).encode()
@@ -29,6 +31,12 @@ class EchoUpstream:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                self.do_GET()
+
+            def do_DELETE(self) -> None:
+                self.do_GET()
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -23,15 +23,14 @@ from hypothesis import given, settings
 
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
+from tests.helpers.echo_upstream import EchoUpstream, headers_of
 from tests.helpers.gateway import (
     ADMIN_SPELLINGS,
     FORGED,
     SERVICE_401,
     SERVICE_403,
-    Echo,
     admin_spellings,
     get,
-    headers_of,
 )
 from tests.helpers.nginx import SNIPPETS, VERDICTS, Nginx, start_gateway_nginx
 from tests.helpers.servers import Gunicorn, fresh, wait_until
@@ -125,7 +124,7 @@ def service_environment(instance: Path, **settings: str) -> dict[str, str]:
 @dataclass
 class Gateway:
     url: str
-    echo: Echo
+    echo: EchoUpstream
     service: Gunicorn
     secret: str
     previous_secret: str
@@ -144,8 +143,8 @@ class Gateway:
 
 
 @pytest.fixture(scope="module")
-def echo() -> Iterator[Echo]:
-    upstream = Echo()
+def echo() -> Iterator[EchoUpstream]:
+    upstream = EchoUpstream()
     yield upstream
     upstream.stop()
 

@@ -24,16 +24,15 @@ from hypothesis import strategies as st
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
 from tests.helpers.caddy import CADDYFILE, start_caddy
+from tests.helpers.echo_upstream import EchoUpstream, headers_of
 from tests.helpers.gateway import (
     ACCESS_RULES,
     ADMIN_SPELLINGS,
     FORGED,
     SERVICE_401,
     SERVICE_403,
-    Echo,
     admin_spellings,
     get,
-    headers_of,
     laxest_reading,
 )
 from tests.helpers.nginx import SNIPPETS, VERDICTS, start_gateway_nginx
@@ -113,13 +112,13 @@ class Service:
 class Gateway:
     kind: str
     url: str
-    echo: Echo
+    echo: EchoUpstream
     service: Service
 
 
 @pytest.fixture(scope="module")
-def echo() -> Iterator[Echo]:
-    upstream = Echo()
+def echo() -> Iterator[EchoUpstream]:
+    upstream = EchoUpstream()
     yield upstream
     upstream.stop()
 
