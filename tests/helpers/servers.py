@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,12 @@ class Gunicorn:
         assert self.process is not None
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         return [int(pid) for pid in children.read_text().split()]
+
+    def replaced(self, killed: Collection[int], workers: int) -> bool:
+        """Return whether ``workers`` workers run and none of the ``killed`` is among them:
+        one reading, for two may straddle the master's reaping of one."""
+        running = self.worker_pids()
+        return len(running) == workers and not set(killed) & set(running)
 
     def stop(self) -> None:
         """Stop gunicorn and close the port, so that a client is refused, not left waiting."""

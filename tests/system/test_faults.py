@@ -250,11 +250,7 @@ def test_sqlite_every_login_answered_200_survives_a_worker_killed_mid_burst(
     assert len(delivered) + len(lost) == logins
     assert len(delivered) >= logins - 8 * len(kills)  # at most the requests in flight
     wait_until(
-        lambda: (
-            len(server.worker_pids()) == workers and not set(victims) & set(server.worker_pids())
-        ),
-        20,
-        "gunicorn replacing the killed workers",
+        lambda: server.replaced(victims, workers), 20, "gunicorn replacing the killed workers"
     )
     for username, token in delivered:
         body = {"username": username, "refreshToken": token}

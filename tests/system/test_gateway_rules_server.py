@@ -206,7 +206,7 @@ def test_a_hup_with_a_bad_file_keeps_the_service_and_its_rules(
         worker = server.worker_pids()[0]
         os.kill(worker, signal.SIGKILL)  # the master forks another, on the bad file
         wait_until(
-            lambda: len(server.worker_pids()) == 2 and worker not in server.worker_pids(),
+            lambda: server.replaced([worker], 2),
             30,
             "the worker in place of the killed one",
         )
@@ -250,7 +250,7 @@ def test_a_worker_started_on_a_bad_file_takes_the_newest_rules_its_master_read(
         (worker,) = server.worker_pids()
         os.kill(worker, signal.SIGKILL)
         wait_until(
-            lambda: len(server.worker_pids()) == 1 and worker not in server.worker_pids(),
+            lambda: server.replaced([worker], 1),
             30,
             "the worker in place of the killed one",
         )

@@ -106,11 +106,7 @@ def test_a_dead_workers_counts_stay_in_the_totals(gunicorn_server):
     wait_until(lambda: sum(logins_per_worker(folder).values()) == 20, 10, "flushed counts")
     victim = max(logins_per_worker(folder).items(), key=lambda item: item[1])[0]
     os.kill(victim, signal.SIGKILL)
-    wait_until(
-        lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(),
-        20,
-        "gunicorn replacing the killed worker",
-    )
+    wait_until(lambda: server.replaced([victim], 2), 20, "gunicorn replacing the killed worker")
     # merged by the master before it started the new worker
     assert victim not in {pid for _, pid, _ in worker_files(str(folder))}
     assert (folder / "counter_merged.db").exists()
@@ -259,11 +255,7 @@ def test_a_folder_the_operator_names_is_left_alone_with_its_files(
     # a file named as a dead worker's gauge would be, in the operator's folder
     (folder / f"gauge_livesum_{victim}.db").write_bytes(b"the operator's too")
     os.kill(victim, signal.SIGKILL)
-    wait_until(
-        lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(),
-        20,
-        "gunicorn replacing the killed worker",
-    )
+    wait_until(lambda: server.replaced([victim], 2), 20, "gunicorn replacing the killed worker")
     server.stop()
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == {
         "counter_1.db": b"the operator's",
