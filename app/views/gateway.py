@@ -234,21 +234,16 @@ def _strictest(
 
 
 def _spellings(*headers: str, overrides: Sequence[str] = ()) -> tuple[str, ...]:
-    """Return the methods the headers name, as sent and upper-cased (an upstream may take
-    ``get`` for GET), each of a header sent twice (joined by a comma) too, and GET beside
-    HEAD (an upstream answers a HEAD as its GET); and those the ``overrides`` name, when
-    the headers name one. An empty header names none: () when no header names one."""
-    if len(headers) == 1 and not overrides:
-        first = headers[0]
-        if first.isupper() and "," not in first and first != "HEAD":
-            return headers  # the usual: one header, one method
+    """Return the methods the headers name, each of a header sent twice (joined by a comma)
+    too, and those the ``overrides`` name when the headers name one; () when none does (an
+    empty header names none). The rules read each as an upstream may take it
+    (``method_readings``: upper-cased, a HEAD as its GET too)."""
+    if len(headers) == 1 and not overrides and "," not in headers[0] and headers[0].strip():
+        return headers  # the usual: one header, one method
     spelled = {piece.strip() for header in headers for piece in header.split(",")} - {""}
     if not spelled:
         return ()
     spelled |= {piece.strip() for header in overrides for piece in header.split(",")} - {""}
-    spelled |= {method.upper() for method in spelled}
-    if "HEAD" in spelled:
-        spelled.add("GET")
     return tuple(sorted(spelled))
 
 
