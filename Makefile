@@ -16,8 +16,12 @@ PIP_INSTALL = $(PIP) install --quiet --disable-pip-version-check --require-hashe
 OIDC_PROVIDER := tests/system/oidc_provider
 OIDC_INSTALLED := $(OIDC_PROVIDER)/node_modules/.package-lock.json
 # The markers of the tests that start real servers outside tests/system/ (the README's and
-# walk-through's runs, the stores' suites on Redis and PostgreSQL).
-SERVER_MARKERS := gunicorn or redis or postgres or nginx or oidc or disk or browser
+# walk-through's runs, the stores' suites on Redis and PostgreSQL), or Python processes.
+SERVER_MARKERS := gunicorn or redis or postgres or nginx or oidc or disk or browser or processes
+# The suite starts hundreds of Python processes (gunicorn, flask, scripts): with bytecode
+# written, each imports the service compiled, not from source, and pytest keeps its
+# rewritten test modules.
+unexport PYTHONDONTWRITEBYTECODE
 
 # The uv that pyproject.toml's dev extra pins, read from there rather than repeated here.
 UV_REQUIREMENT = $$($(BIN)/python -c 'import tomllib; \
@@ -93,16 +97,17 @@ image:  ## build the container image token-service:<version> (podman, else docke
 print-image:  ## the name and tag make image gives the image
 	@echo $(IMAGE)
 
-# The suite on every core (pytest-xdist): each worker starts its own servers, on ports
-# and in folders of its own. WORKERS=1 runs it in one process; WORKERS=4 oversubscribes a
-# machine whose tests mostly wait on servers.
-WORKERS ?= auto
+# The suite on pytest-xdist's workers, half as many again as cores: each worker starts its
+# own servers, on ports and in folders of its own, and many tests wait on them, so a core
+# left idle by a waiting worker takes another's tests (docs/development.md). WORKERS=1
+# runs it in one process.
+WORKERS ?= $(shell cores=$$(nproc 2>/dev/null || echo 1); echo $$((cores + cores / 2)))
 PARALLEL = $(if $(filter 1,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist worksteal)
 
 test: $(INSTALLED) $(OIDC_INSTALLED)  ## the whole suite, real servers included, on every store
 	$(BIN)/python -m pytest $(PARALLEL)
 
-test-fast: $(INSTALLED)  ## the suite without the tests that start real servers (no system kind)
+test-fast: $(INSTALLED)  ## the suite without the tests that start servers or Python processes
 	$(BIN)/python -m pytest $(PARALLEL) -m "not system and not ($(SERVER_MARKERS))"
 
 # Outside make test: they build a wheel and, with podman, the image (docs/deployment.md).

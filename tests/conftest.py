@@ -12,6 +12,9 @@ imported from tests/helpers/, never from here.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,14 @@ KINDS = {
     "deploy": "the installed package, the container image, the Kubernetes manifests",
 }
 TESTS = Path(__file__).resolve().parent
+#: The markers of a test that may start processes: its kind's, or a server's, or ``processes``
+#: (``make test-fast`` leaves each out).
+STARTS_PROCESSES = (
+    "system", "deploy", "processes", "gunicorn", "redis", "postgres", "nginx", "caddy", "oidc",
+    "disk", "browser", "container", "systemd",
+)  # fmt: skip
+#: The programs that start a Python: the interpreter, and the service's commands.
+PYTHON_PROGRAMS = {sys.executable, "python", "python3", "gunicorn", "flask", "token-service"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,3 +59,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = item.path.relative_to(TESTS).parts[0]
         if kind in KINDS:
             item.add_marker(kind)
+
+
+@pytest.fixture(autouse=True)
+def _python_processes_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that starts a Python process without a marker saying so: each costs
+    about half a second, and ``make test-fast`` stays fast by leaving them out."""
+    if any(request.node.get_closest_marker(name) for name in STARTS_PROCESSES):
+        yield
+        return
+    popen = subprocess.Popen  # the class itself: a test may put another in its place
+    start = popen.__init__
+
+    def refuse_python(self, args, *rest, **named):
+        program = str(args if isinstance(args, (str, bytes, Path)) else next(iter(args)))
+        name = program.split()[0] if isinstance(args, str) else program
+        if name in PYTHON_PROGRAMS or Path(name).name.startswith(("python", *PYTHON_PROGRAMS)):
+            pytest.fail(f"{request.node.nodeid} starts {name}: mark it processes")
+        start(self, args, *rest, **named)
+
+    popen.__init__ = refuse_python
+    try:
+        yield
+    finally:
+        popen.__init__ = start

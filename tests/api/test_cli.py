@@ -187,6 +187,7 @@ def test_commands_fail_clearly_when_the_store_is_unavailable(unreachable_app, ar
     assert "Traceback" not in result.output
 
 
+@pytest.mark.processes
 def test_flask_tokens_runs_from_the_shell(app, client, instance_path, signing_secret, store_url):
     env = {
         "PATH": os.environ["PATH"],

@@ -38,6 +38,7 @@ def config_show(tmp_path, **environ: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
+@pytest.mark.processes
 def test_show_says_where_each_setting_came_from_and_masks_every_secret(tmp_path):
     config_file = tmp_path / "config.toml"
     config_file.write_text(
@@ -62,6 +63,7 @@ def test_show_says_where_each_setting_came_from_and_masks_every_secret(tmp_path)
     assert rows["RATE_LIMIT_EXEMPT"] == ("default", "127.0.0.0/8, ::1/128")
 
 
+@pytest.mark.processes
 def test_show_masks_the_generated_secret_too(tmp_path):
     rows = config_show(tmp_path)
     assert rows["SIGNING_SECRET"] == ("default", MASK)

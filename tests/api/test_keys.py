@@ -620,6 +620,7 @@ def test_an_unreadable_key_file_refuses_to_start(tmp_path, monkeypatch):
         load_settings({"SIGNING_ALGORITHM": "EdDSA", "SIGNING_KEY_FILE": str(key_file)})
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "case",
     ["missing", "not PEM", "encrypted", "public key", "P-384 for ES256", "previous missing",
@@ -689,6 +690,7 @@ def test_processes_starting_together_agree_on_one_key(tmp_path):
     ]  # no temporary candidate left behind
 
 
+@pytest.mark.processes
 def test_gunicorn_config_creates_the_key_in_the_master_before_the_workers(tmp_path):
     env = {
         "PATH": os.environ["PATH"],

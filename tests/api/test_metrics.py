@@ -177,6 +177,7 @@ def test_requests_refused_by_a_rate_limit_are_counted(app):
     assert requests_of(samples, "/limited", "GET", 429) == 1
 
 
+@pytest.mark.processes
 def test_importing_the_app_leaves_prometheus_client_unimported():
     # prometheus_client picks its multiprocess mode when first imported: gunicorn's master
     # imports the app package (for the settings) before it sets PROMETHEUS_MULTIPROC_DIR

@@ -81,6 +81,7 @@ print(" ".join(sorted({name.split(".")[0] for name in sys.modules} & set(sys.arg
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("providers", "imported"),
     [({}, ""), (PROVIDER, "authlib joserfc requests")],

@@ -497,6 +497,7 @@ def test_gunicorn_builds_no_access_line_beside_the_request_log(monkeypatch):
     assert logger.access(None, None, {}, None) is None
 
 
+@pytest.mark.processes
 def test_gunicorn_conf_uses_the_service_logger(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--print-config", "wsgi:app"],

@@ -315,6 +315,7 @@ def test_a_users_file_in_a_missing_folder_refuses_to_start(tmp_path):
         )
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "command",
     [["-c", "import runpy; runpy.run_path('gunicorn.conf.py')"], ["-m", "flask", "users", "list"]],
@@ -446,6 +447,7 @@ def test_users_commands_need_users_file(runner):
     assert "USERS_FILE is not set" in result.output
 
 
+@pytest.mark.processes
 def test_add_on_a_terminal_asks_twice_and_hides_the_password(users_file, tmp_path):
     env = {
         "PATH": os.environ["PATH"],
@@ -492,6 +494,7 @@ def test_add_on_a_terminal_asks_twice_and_hides_the_password(users_file, tmp_pat
     assert HASHER.verify(json.loads(users_file.read_text())["carol"], "carols password")
 
 
+@pytest.mark.processes
 def test_flask_users_logs_one_event_line_in_the_service_format(users_file, tmp_path):
     env = {
         "PATH": os.environ["PATH"],

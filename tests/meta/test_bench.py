@@ -268,6 +268,7 @@ def test_the_apps_get_the_last_cpu_and_wrk_and_the_stores_the_others():
     assert paired.split_cpus({3}) is None
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_pinning_reaches_every_thread_of_the_master_and_its_children():
     code = (
@@ -310,6 +311,7 @@ else:
 """
 
 
+@pytest.mark.processes
 def test_a_sides_cpu_counts_its_processes_own_time_and_their_reaped_childrens():
     with subprocess.Popen(
         [sys.executable, "-c", BURNER, "parent", BURNER], stdout=subprocess.PIPE, text=True

@@ -14,6 +14,7 @@ from tests.helpers.tools import ROOT
 LINT_IMPORTS = [sys.executable, "-c", "from importlinter.cli import lint_imports_command as c; c()"]
 
 
+@pytest.mark.processes
 def test_the_layers_and_no_cycles_contracts_are_kept():
     result = subprocess.run(
         [*LINT_IMPORTS, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120

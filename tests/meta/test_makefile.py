@@ -134,13 +134,59 @@ def only_the_line(stderr: str, target: str) -> str:
 
 
 @pytest.mark.parametrize("target", ["test", "test-fast"])
-def test_the_suite_runs_on_every_core_unless_one_worker_is_asked_for(target):
+def test_the_suite_runs_on_half_as_many_again_workers_as_cores_unless_one_is_asked_for(target):
     def pytest_line(*args: str) -> str:
         result = make("--dry-run", target, *args)
         assert result.returncode == 0, result.stderr
         return next(line for line in result.stdout.splitlines() if "-m pytest" in line)
 
-    assert " -n auto --dist worksteal" in pytest_line()
+    cores = len(os.sched_getaffinity(0))  # what nproc counts
+    if cores > 1:
+        assert f" -n {cores + cores // 2} --dist worksteal" in pytest_line()
     assert " -n 4 " in pytest_line("WORKERS=4")
     assert " -p no:xdist" in pytest_line("WORKERS=1")
     assert " -n " not in pytest_line("WORKERS=1")
+
+
+def test_test_fast_leaves_out_the_tests_that_start_python_processes():
+    result = make("--dry-run", "test-fast")
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "-m pytest" in line)
+    expression = re.search(r'-m "([^"]+)"', line)
+    assert expression is not None, line
+    assert re.search(r"\bor processes\b", expression.group(1)), line
+
+
+def test_the_makefile_s_commands_write_bytecode_whatever_the_environment_says():
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "--eval", "show-env: ; @env", "show-env"],
+        capture_output=True, text=True, timeout=60,
+        env={**CLEAN_ENV, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "PATH=" in result.stdout
+    assert "PYTHONDONTWRITEBYTECODE" not in result.stdout
+
+
+@pytest.mark.processes
+def test_a_test_that_starts_python_unmarked_fails_and_one_marked_passes(tmp_path):
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import _python_processes_are_marked  # noqa: F401\n"
+    )
+    (tmp_path / "test_starts.py").write_text(
+        "import subprocess\nimport sys\n\nimport pytest\n\n\n"
+        "def test_unmarked():\n"
+        "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n\n\n"
+        "@pytest.mark.processes\ndef test_marked():\n"
+        "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n\n\n"
+        "def test_another_program():\n"
+        "    subprocess.run(['true'], check=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**CLEAN_ENV, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert "1 failed, 2 passed" in result.stdout, result.stdout
+    assert f"test_unmarked starts {sys.executable}: mark it processes" in result.stdout

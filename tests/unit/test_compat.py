@@ -140,6 +140,7 @@ def test_only_the_newest_pending_logins_are_kept():
 # --- prometheus_client ---------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
     """Its value class is read when a metric is made: switched, no file is written."""
     script = (
@@ -157,6 +158,7 @@ def test_prometheus_client_counts_in_memory_once_switched(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.processes
 def test_prometheus_client_reads_a_merged_file_as_the_files_it_adds_up(tmp_path):
     """Two processes' real files, of every kind of value the service writes, merged into
     one file named as the service names it: a scrape shows the same totals, and every
@@ -210,6 +212,7 @@ def test_prometheus_client_reads_a_merged_file_as_the_files_it_adds_up(tmp_path)
     assert scrape()[("c_total", (("l", "a"),))] == 6
 
 
+@pytest.mark.processes
 def test_a_merged_file_the_disk_cannot_give_is_not_left_behind(tmp_path, monkeypatch):
     source = tmp_path / "counter_1.db"
     subprocess.run(
@@ -291,6 +294,7 @@ def test_workers_set_their_quit_handlers_from_the_instance_after_post_fork():
     assert "signal.signal(signal.SIGINT, self.handle_quit)" in handlers
 
 
+@pytest.mark.processes
 def test_a_quitting_worker_ignores_the_terminals_interrupt_and_exits_on_quit():
     """In a child process: SIGINT is ignored once the handlers are set, SIGQUIT exits 0."""
     script = (

@@ -169,6 +169,7 @@ def test_processes_starting_together_agree_on_one_secret(tmp_path):
     assert (tmp_path / "signing_secret").read_text().strip() == secrets_seen.pop()
 
 
+@pytest.mark.processes
 def test_gunicorn_config_refuses_a_bad_setting_before_starting():
     env = {"PATH": os.environ["PATH"], "SIGNING_SECRET": "too-short"}
     command = [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"]
@@ -178,6 +179,7 @@ def test_gunicorn_config_refuses_a_bad_setting_before_starting():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.processes
 def test_gunicorn_config_binds_the_port_setting():
     env = {"PATH": os.environ["PATH"], "PORT": "9123", "WEB_CONCURRENCY": "3"}
     code = "import runpy; c = runpy.run_path('gunicorn.conf.py'); print(c['bind'], c['workers'])"
@@ -199,6 +201,7 @@ def test_a_missing_server_program_skips_on_a_laptop_and_fails_in_ci(monkeypatch,
     tools.require_tool(True, "nginx", "apt-get install nginx")  # present: no effect
 
 
+@pytest.mark.processes
 def test_gunicorn_config_creates_the_secret_in_the_master_before_the_workers(tmp_path):
     env = {"PATH": os.environ["PATH"], "INSTANCE_PATH": str(tmp_path / "instance")}
     command = [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"]
@@ -209,6 +212,7 @@ def test_gunicorn_config_creates_the_secret_in_the_master_before_the_workers(tmp
     assert len(secret_file.read_text().strip()) >= 32
 
 
+@pytest.mark.processes
 def test_gunicorn_config_binds_the_host_setting():
     code = "import runpy; print(runpy.run_path('gunicorn.conf.py')['bind'])"
     for host, bind in [("127.0.0.1", "['127.0.0.1:8080']"), ("::1", "['[::1]:8080']")]:
@@ -336,6 +340,7 @@ START_UP_CASES = [
 ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", START_UP_CASES)
 @pytest.mark.parametrize(
     "command",
@@ -642,6 +647,7 @@ def test_the_old_trusted_proxy_hops_setting_stops_the_service(value):
     )
 
 
+@pytest.mark.processes
 def test_gunicorn_config_refuses_the_old_trusted_proxy_hops_in_one_line():
     env = {"PATH": os.environ["PATH"], "TRUSTED_PROXY_HOPS": "1"}
     command = [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"]

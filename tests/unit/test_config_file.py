@@ -224,6 +224,7 @@ def test_a_file_without_secrets_may_be_read_by_all(tmp_path):
     assert load(write(tmp_path / "c.toml", text, 0o644)).port == 9001
 
 
+@pytest.mark.processes
 def test_gunicorn_stops_with_the_one_line_error_of_a_bad_key(tmp_path):
     path = write(tmp_path / "c.toml", "SIGNING_SECERT = 'x'\n")
     env = {"PATH": os.environ["PATH"], "CONFIG_FILE": str(path)}

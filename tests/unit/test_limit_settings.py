@@ -63,6 +63,7 @@ def test_a_bad_rate_limit_refuses_to_start(tmp_path, value, message):
         Settings.load({"RATE_LIMIT_AUTH": value, "INSTANCE_PATH": str(tmp_path)})
 
 
+@pytest.mark.processes
 def test_a_bad_rate_limit_stops_gunicorn_in_one_line(tmp_path):
     env = {"PATH": os.environ["PATH"], "RATE_LIMIT_AUTH": "many", "INSTANCE_PATH": str(tmp_path)}
     command = [sys.executable, "-c", "import runpy; runpy.run_path('gunicorn.conf.py')"]

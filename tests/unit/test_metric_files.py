@@ -122,6 +122,7 @@ def test_a_merge_leaves_the_files_while_a_scrape_reads_them(tmp_path, monkeypatc
     assert collected(tmp_path) == before
 
 
+@pytest.mark.processes
 def test_a_scrape_waits_for_a_merge_under_way(tmp_path):
     """A worker's scrape takes the folder's shared lock: while the master merges, it waits."""
     script = (
