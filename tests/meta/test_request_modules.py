@@ -30,9 +30,12 @@ def test_a_refresh_with_rotation_runs_through_at_most_16_modules(make_app):
     # The log formats its time once a second, for the first line of the second, and the
     # measured request must not be that one: the warm-up and the measured request come at
     # a second's start, yet a busy machine may still push the second across a boundary,
-    # so the fewest modules of a few tries count.
-    runs = [measured_refresh(client, body) for _ in range(ATTEMPTS)]
-    fewest = min(runs, key=len)
+    # so the fewest modules of a few tries count (the first within the bound ends them).
+    fewest = measured_refresh(client, body)
+    for _ in range(ATTEMPTS - 1):
+        if len(fewest) <= MAX_MODULES:
+            break
+        fewest = min(fewest, measured_refresh(client, body), key=len)
     assert len(fewest) <= MAX_MODULES, sorted(fewest)
 
 
