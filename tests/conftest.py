@@ -12,6 +12,7 @@ imported from tests/helpers/, never from here.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -72,8 +73,8 @@ def _python_processes_are_marked(request: pytest.FixtureRequest) -> Iterator[Non
     start = popen.__init__
 
     def refuse_python(self, args, *rest, **named):
-        program = str(args if isinstance(args, (str, bytes, Path)) else next(iter(args)))
-        name = program.split()[0] if isinstance(args, str) else program
+        program = os.fsdecode(args if isinstance(args, str | bytes | Path) else next(iter(args)))
+        name = program.split()[0] if isinstance(args, str) else program  # a shell's command
         if name in PYTHON_PROGRAMS or Path(name).name.startswith(("python", *PYTHON_PROGRAMS)):
             pytest.fail(f"{request.node.nodeid} starts {name}: mark it processes")
         start(self, args, *rest, **named)
