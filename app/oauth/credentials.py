@@ -12,6 +12,9 @@ from app.oauth.errors import invalid_client, invalid_request
 
 #: The methods the token, introspection and revocation endpoints accept.
 AUTH_METHODS = ("client_secret_basic", "client_secret_post")
+#: A public client only names itself (``client_id``, no secret): at the token endpoint's
+#: password and refresh grants, and at revocation, where it is the token's holder.
+PUBLIC_CLIENT = "none"
 #: A longer Authorization value is no client's credentials.
 MAX_BASIC_LENGTH = 1024
 
@@ -51,6 +54,8 @@ def presented_credentials(
     if basic is not None:
         if in_body and "client_secret" in fields:
             raise invalid_request("use one client authentication method, not two")
+        if fields.get("client_id", basic[0]) != basic[0]:
+            raise invalid_request("client_id is not the client of the Basic credentials")
         return basic[0], basic[1], "client_secret_basic"
     if header is not None and header.partition(" ")[0].lower() not in {"basic", ""}:
         raise invalid_client("clients authenticate with HTTP Basic or in the form body")
@@ -60,7 +65,7 @@ def presented_credentials(
     if not isinstance(client_id, str) or not client_id:
         raise invalid_request("client_id is required with client_secret")
     if secret is None:
-        return client_id, "", "none"  # a public client names itself: no authentication
+        return client_id, "", PUBLIC_CLIENT  # a public client names itself: no authentication
     if not isinstance(secret, str):
         raise invalid_request("client_secret must be a string")
     return client_id, secret, "client_secret_post"

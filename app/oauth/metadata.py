@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.config.settings import Settings
-from app.oauth.credentials import AUTH_METHODS
+from app.oauth.credentials import AUTH_METHODS, PUBLIC_CLIENT
 
 #: The grants ``POST /oauth/token`` serves.
 GRANT_TYPES = ("client_credentials", "password", "refresh_token")
@@ -29,9 +29,9 @@ def server_metadata(
             introspection_endpoint=f"{base_url}/oauth/introspect",
             revocation_endpoint=f"{base_url}/oauth/revoke",
             grant_types_supported=list(GRANT_TYPES),
-            token_endpoint_auth_methods_supported=methods,
+            token_endpoint_auth_methods_supported=[*methods, PUBLIC_CLIENT],
             introspection_endpoint_auth_methods_supported=methods,
-            revocation_endpoint_auth_methods_supported=methods,
+            revocation_endpoint_auth_methods_supported=[*methods, PUBLIC_CLIENT],
         )
     # No authorization endpoint: no response type is served (RFC 8414 requires the member).
     document["response_types_supported"] = []

@@ -36,7 +36,7 @@ from app.http.request_body import FORM, read_fields
 from app.http.request_log import note
 from app.http.responses import bodiless
 from app.oauth.clients import Client
-from app.oauth.credentials import presented_credentials
+from app.oauth.credentials import PUBLIC_CLIENT, presented_credentials
 from app.oauth.errors import (
     OAuthError,
     invalid_client,
@@ -49,6 +49,7 @@ from app.oauth.introspection import (
     access_token_answer,
     refresh_token_answer,
 )
+from app.oauth.metadata import GRANT_TYPES
 from app.views.auth import (
     access_token_for,
     check_password,
@@ -63,6 +64,8 @@ from app.views.auth import (
 )
 
 bp = Blueprint("oauth_server", __name__)
+#: The grants, as an error names them.
+GRANT_NAMES = ", ".join(GRANT_TYPES)
 bp.after_request(forbid_caching)
 
 #: The longest ``token`` introspection and revocation look at (an access token's limit).
@@ -96,10 +99,10 @@ def token() -> Response:
     if grant_type == "client_credentials":
         client = authenticated_client(presented)
         return client_credentials(client, fields)
-    if grant_type not in {"password", "refresh_token"}:
-        raise OAuthError("unsupported_grant_type", "grant_type must be one of GRANT_TYPES")
-    if presented is not None and presented[2] != "none":  # a confidential client: check it
-        authenticated_client(presented)
+    if grant_type not in GRANT_TYPES:
+        raise OAuthError("unsupported_grant_type", f"grant_type must be one of {GRANT_NAMES}")
+    if presented is not None:
+        authenticated_unless_public(presented)
     if grant_type == "password":
         return password_grant(fields)
     return refresh_token_grant(fields)
@@ -206,27 +209,47 @@ def introspected_access_token(token: str) -> dict[str, Any]:
 
 @bp.post("/oauth/revoke")
 def revoke() -> Response:
-    """Revoke a refresh token as ``DELETE /token/{t}`` does; 200 whatever the token (RFC 7009).
+    """Revoke a refresh token as ``DELETE /token/{t}`` does; 200 for it and for any token
+    that is not valid here (RFC 7009).
 
-    A registered client authenticates; a caller naming no client is the token's holder.
-    An access token is not revoked: it is valid until its ``exp``, as SPEC.md says.
+    A registered client authenticates; a caller naming no client, or only a public client's
+    id, is the token's holder. A valid access token is not revoked (it is valid until its
+    ``exp``, as SPEC.md says): ``unsupported_token_type``, RFC 7009's answer for a token
+    type the server does not revoke, so that no caller takes a 200 for a revocation.
     """
     limit_rate("revoke")
     fields = form_fields()
     presented = presented_credentials(request.headers.get("Authorization"), fields)
     if presented is not None:
-        authenticated_client(presented)
+        authenticated_unless_public(presented)
     token = token_field(fields)
-    if "." not in token and token:
+    if "." in token:
+        if introspected_access_token(token)["active"]:
+            raise OAuthError(
+                "unsupported_token_type",
+                "access tokens are not revoked: each is valid until its exp",
+            )
+    elif token:
         revoke_refresh_token(token)
     return bodiless(200)
 
 
 def form_fields() -> dict[str, Any]:
-    """Return the request's form: RFC 6749's bodies are ``application/x-www-form-urlencoded``."""
+    """Return the request's form: RFC 6749's bodies are ``application/x-www-form-urlencoded``.
+    A parameter sent without a value is left out, as if omitted (RFC 6749, section 3.1)."""
     if request.mimetype != FORM:
         raise invalid_request(f"the body must be {FORM}")
-    return read_fields()
+    return {name: value for name, value in read_fields().items() if value != ""}
+
+
+def authenticated_unless_public(presented: tuple[str, str, str]) -> None:
+    """Authenticate a confidential client (``authenticated_client``); let a public one, which
+    only names itself, pass. A registered client's id is never a public client's: it
+    authenticates with its secret (RFC 6749, section 3.2.1)."""
+    registry = get_client_registry()
+    registered = registry is not None and registry.get(presented[0]) is not None
+    if presented[2] != PUBLIC_CLIENT or registered:
+        authenticated_client(presented)
 
 
 def string_field(fields: dict[str, Any], name: str) -> str:
@@ -253,7 +276,7 @@ def authenticated_client(presented: tuple[str, str, str] | None) -> Client:
     which no rate of guessing finds, and refusing it would let anyone lock a client out.
     """
     registry = get_client_registry()
-    if presented is None or presented[2] == "none" or registry is None:
+    if presented is None or presented[2] == PUBLIC_CLIENT or registry is None:
         raise invalid_client("client authentication is required")
     client_id, secret, _ = presented
     client = registry.authenticate(client_id, secret)

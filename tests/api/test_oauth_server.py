@@ -7,6 +7,7 @@ import base64
 import json
 import time
 
+import jwt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,8 +112,9 @@ def test_metadata_names_the_endpoints_grants_methods_and_algorithms(oauth):
     assert document["revocation_endpoint"] == f"{ISSUER}/oauth/revoke"
     assert document["grant_types_supported"] == ["client_credentials", "password", "refresh_token"]
     methods = ["client_secret_basic", "client_secret_post"]
-    assert document["token_endpoint_auth_methods_supported"] == methods
+    assert document["token_endpoint_auth_methods_supported"] == [*methods, "none"]
     assert document["introspection_endpoint_auth_methods_supported"] == methods
+    assert document["revocation_endpoint_auth_methods_supported"] == [*methods, "none"]
     assert document["access_token_signing_alg_values_supported"] == ["HS256"]
     assert "jwks_uri" not in document  # a secret is never published
     assert answer.headers["Cache-Control"] == "public, max-age=300"
@@ -143,6 +145,18 @@ def test_metadata_endpoints_never_follow_the_request_s_host(make_app, clients_fi
         assert document["token_endpoint"] == f"{base}/oauth/token"
         assert document["introspection_endpoint"] == f"{base}/oauth/introspect"
         assert document["revocation_endpoint"] == f"{base}/oauth/revoke"
+
+
+def test_an_issuer_with_a_path_has_the_metadata_at_rfc_8414_s_path_for_it(make_app):
+    client = make_app(
+        TOKEN_ISSUER="https://example.com/auth/", TOKEN_AUDIENCE=AUDIENCE
+    ).test_client()
+    answer = client.get(f"{METADATA}/auth")
+    assert answer.status_code == 200
+    assert answer.get_json() == client.get(METADATA).get_json()
+    assert answer.get_json()["issuer"] == "https://example.com/auth/"
+    other = make_app(TOKEN_ISSUER=ISSUER, TOKEN_AUDIENCE=AUDIENCE).test_client()
+    assert other.get(f"{METADATA}/auth").status_code == 404
 
 
 @pytest.mark.parametrize("signing_algorithm", ["EdDSA"], indirect=True)
@@ -228,6 +242,20 @@ TOKEN_ERRORS = [
         400,
         "invalid_request",
         id="two-methods",
+    ),
+    pytest.param(
+        basic("svc", "x"),
+        {**CREDENTIALS, "client_id": "ops"},
+        400,
+        "invalid_request",
+        id="two-client-ids",
+    ),
+    pytest.param(
+        {},
+        {"grant_type": "password", "username": "alice", "password": "p", "client_id": "svc"},
+        401,
+        "invalid_client",
+        id="registered-client-as-public",
     ),
     pytest.param({}, {"grant_type": "implicit"}, 400, "unsupported_grant_type", id="grant"),
     pytest.param({}, {}, 400, "invalid_request", id="no-grant-type"),
@@ -349,6 +377,58 @@ def test_a_confidential_client_must_authenticate_for_a_password_grant(oauth):
     assert_oauth_error(
         oauth.post(TOKEN, data=data, headers=basic("svc", "bad")), 401, "invalid_client"
     )
+
+
+def test_a_registered_client_naming_itself_without_its_secret_is_refused_everywhere(oauth):
+    refresh_token = login(oauth)["refreshToken"]
+    for data in (
+        {"grant_type": "password", "username": "alice", "password": "p", "client_id": "svc"},
+        {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": "svc"},
+    ):
+        assert_oauth_error(oauth.post(TOKEN, data=data), 401, "invalid_client")
+    answer = oauth.post(REVOKE, data={"token": refresh_token, "client_id": "svc"})
+    assert_oauth_error(answer, 401, "invalid_client")
+    assert (
+        oauth.post("/token", json={"username": "alice", "refreshToken": refresh_token}).status_code
+        == 200
+    )
+
+
+def test_a_public_client_gets_and_revokes_tokens_by_its_id_alone(oauth, secrets):
+    metadata = oauth.get(METADATA).get_json()
+    assert "none" in metadata["token_endpoint_auth_methods_supported"]
+    assert "none" in metadata["revocation_endpoint_auth_methods_supported"]
+    assert "none" not in metadata["introspection_endpoint_auth_methods_supported"]
+    data = {"grant_type": "password", "username": "alice", "password": "p", "client_id": "app"}
+    answer = oauth.post(TOKEN, data=data)
+    assert answer.status_code == 200, answer.data
+    refresh_token = answer.get_json()["refresh_token"]
+    revoked = oauth.post(REVOKE, data={"token": refresh_token, "client_id": "app"})
+    assert revoked.status_code == 200
+    assert introspect(oauth, secrets, refresh_token).get_json() == {"active": False}
+    assert_oauth_error(  # a public client cannot introspect
+        oauth.post(INTROSPECT, data={"token": refresh_token, "client_id": "app"}),
+        401,
+        "invalid_client",
+    )
+
+
+def test_a_parameter_sent_without_a_value_counts_as_omitted(oauth, secrets):
+    data = {"grant_type": "password", "username": "alice", "password": "p"}
+    public = oauth.post(TOKEN, data={**data, "client_id": "app", "client_secret": ""})
+    assert public.status_code == 200
+    assert oauth.post(TOKEN, data={**data, "client_id": "", "scope": ""}).status_code == 200
+    by_basic = {**CREDENTIALS, "client_secret": "", "scope": ""}
+    answer = oauth.post(TOKEN, data=by_basic, headers=basic("svc", secrets["svc"]))
+    assert answer.status_code == 200
+    assert_oauth_error(oauth.post(TOKEN, data={"grant_type": ""}), 400, "invalid_request")
+
+
+def test_an_unsupported_grant_type_names_the_supported_ones(oauth):
+    answer = oauth.post(TOKEN, data={"grant_type": "implicit"})
+    assert_oauth_error(answer, 400, "unsupported_grant_type")
+    description = answer.get_json()["error_description"]
+    assert description == "grant_type must be one of client_credentials, password, refresh_token"
 
 
 # Introspection
@@ -492,11 +572,25 @@ def test_a_registered_client_revokes_a_refresh_token(oauth, secrets):
     assert introspect(oauth, secrets, refresh_token).get_json() == {"active": False}
 
 
-def test_revoking_another_clients_token_leaves_it_valid(oauth, secrets):
+def test_a_valid_access_token_is_never_answered_as_revoked(oauth, secrets):
+    # another client's token, and a user's own: RFC 7009's unsupported_token_type, not a 200
+    # that a caller would take for a revocation; each stays valid until its exp
     token = client_token(oauth, secrets, "svc")
     answer = oauth.post(REVOKE, data={"token": token}, headers=basic("ops", secrets["ops"]))
-    assert answer.status_code == 200
+    assert_oauth_error(answer, 400, "unsupported_token_type")
     assert introspect(oauth, secrets, token).get_json()["active"] is True
+    own = login(oauth)["accessToken"]
+    answer = oauth.post(REVOKE, data={"token": own, "token_type_hint": "access_token"})
+    assert_oauth_error(answer, 400, "unsupported_token_type")
+    assert oauth.get("/user-accessible", headers=bearer(own)).status_code == 200
+
+
+@pytest.mark.parametrize("token", ["x.y.z", "a.b", "eyJhbGciOiJIUzI1NiJ9.e30.", "foreign"])
+def test_a_token_that_is_not_valid_here_is_revoked_as_far_as_anyone_can_tell(oauth, token):
+    if token == "foreign":  # well formed, signed with another key
+        claims = {"username": "alice", "role": "admin", "iat": int(time.time())}
+        token = jwt.encode({**claims, "exp": claims["iat"] + 600}, "k" * 64, algorithm="HS256")
+    assert oauth.post(REVOKE, data={"token": token}).status_code == 200
 
 
 def test_revocation_with_wrong_credentials_or_no_token(oauth, secrets):

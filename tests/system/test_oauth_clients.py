@@ -13,6 +13,7 @@ import pytest
 import requests
 from authlib.integrations.flask_oauth2 import ResourceProtector
 from authlib.integrations.requests_client import OAuth2Session, OAuthError
+from authlib.oauth2.rfc6750 import InvalidTokenError
 from authlib.oauth2.rfc7662 import IntrospectTokenValidator
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from flask import Flask, jsonify
@@ -143,6 +144,11 @@ def test_a_resource_server_on_authlibs_introspection_validator(server):
             answer.raise_for_status()
             return answer.json()
 
+        def validate_token(self, token, scopes, request):
+            super().validate_token(token, scopes, request)  # active, and scopes
+            if token.get("token_type") != "Bearer":  # a refresh token is active too
+                raise InvalidTokenError(realm=self.realm)
+
     protect = ResourceProtector()
     protect.register_token_validator(ServiceIntrospection())
     resource = Flask("resource")
@@ -158,7 +164,10 @@ def test_a_resource_server_on_authlibs_introspection_validator(server):
     )
     token = session.fetch_token(grant_type="client_credentials")["access_token"]
     assert client.get("/report", headers={"Authorization": f"Bearer {token}"}).status_code == 200
-    for refused in ("x", token[:-4] + "AAAA"):
+    refresh_token = requests.post(
+        f"{service.url}/login", json={"username": "alice", "password": "any"}, timeout=10
+    ).json()["refreshToken"]
+    for refused in ("x", token[:-4] + "AAAA", refresh_token):
         assert (
             client.get("/report", headers={"Authorization": f"Bearer {refused}"}).status_code == 401
         )
@@ -176,8 +185,24 @@ def test_a_resource_server_on_authlibs_introspection_validator(server):
         auth=("ops", secrets["ops"]),
         timeout=10,
     )
-    assert other.status_code == 200
+    assert (other.status_code, other.json()["error"]) == (400, "unsupported_token_type")
     assert client.get("/report", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_authlib_as_a_public_client_logs_in_and_revokes_by_its_id_alone(server):
+    service, _ = server
+    metadata = discovered(service.url)
+    assert "none" in metadata["revocation_endpoint_auth_methods_supported"]
+    app = OAuth2Session(
+        "mobile-app", token_endpoint=metadata["token_endpoint"], token_endpoint_auth_method="none"
+    )
+    token = app.fetch_token(username="alice", password="any")
+    revoked = app.revoke_token(
+        metadata["revocation_endpoint"], token["refresh_token"], token_type_hint="refresh_token"
+    )
+    assert revoked.status_code == 200
+    with pytest.raises(OAuthError, match="invalid_grant"):
+        app.refresh_token(metadata["token_endpoint"], refresh_token=token["refresh_token"])
 
 
 def test_pyjwt_verifies_a_token_with_keys_and_claims_from_the_metadata_alone(server):
