@@ -3,17 +3,21 @@ so that an access token issued at or before its user's cut-off is refused withou
 read per request.
 
 The copy is brought up to date from the shared store at most every
-SESSION_CUTOFF_REFRESH seconds, by the first request that finds it due (the others go on
-with the cut-offs known meanwhile). A logout everywhere made on this worker is in its
-copy at once; one made elsewhere is here within SESSION_CUTOFF_REFRESH seconds. If the
-store cannot be read, the cut-offs known stay in force, and the failure is logged at most
+SESSION_CUTOFF_REFRESH seconds, by the first request that finds it due. The others go on
+with the cut-offs known meanwhile while those were read less than SESSION_CUTOFF_REFRESH
+seconds ago; a copy older than that (a worker idle for a while) is waited for. A logout
+everywhere made on this worker is in its copy at once; one made elsewhere is here within
+SESSION_CUTOFF_REFRESH seconds. If the store cannot be read, the cut-offs known stay in
+force (nobody waits for a read that keeps failing), and the failure is logged at most
 once a minute.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+from collections.abc import Callable
 
 from app.backends.failures import BackendFailures
 from app.backends.interface import BackendUnavailable, RefreshTokenStore
@@ -37,22 +41,40 @@ class CutoffCache:
         #: Replaced whole, never changed in place: readers take no lock.
         self._known: dict[str, int] = {}
         self._due = clock.monotonic()  # the first request reads them
+        #: When the read that gave ``_known`` began (monotonic); none yet.
+        self._read_at = -math.inf
+        self._failing = False
         self._refreshing = threading.Lock()
         self._writing = threading.Lock()
         self._failures = BackendFailures(clock.monotonic)
+        #: Called before each read of the store: the user directory's look at USERS_FILE,
+        #: so that a file edited by hand logs its changed users out within the bound even
+        #: when no login or refresh comes to read it.
+        self.before_refresh: Callable[[], None] | None = None
 
     def refuses(self, username: str, issued_at: int) -> bool:
         """Return whether the user's cut-off refuses a token issued at ``issued_at``."""
-        if self.clock.monotonic() >= self._due:
-            self._refresh()
+        self._bring_up_to_date()
         cutoff = self._known.get(username)
         return cutoff is not None and issued_at <= cutoff
 
     def cutoff_of(self, username: str) -> int | None:
         """Return the user's cut-off this worker knows, or None."""
-        if self.clock.monotonic() >= self._due:
-            self._refresh()
+        self._bring_up_to_date()
         return self._known.get(username)
+
+    def _bring_up_to_date(self) -> None:
+        now = self.clock.monotonic()
+        if now >= self._due:
+            self._refresh()
+        elif (
+            now - self._read_at > self.refresh_every
+            and not self._failing
+            # another thread's read is under way and the copy is older than the bound:
+            # wait for that read (the store's timeout bounds it), then use what it gave
+            and self._refreshing.acquire(timeout=max(1.0, self.refresh_every))
+        ):
+            self._refreshing.release()
 
     def log_out_everywhere(self, username: str, at: int | None = None) -> int:
         """Log ``username`` out everywhere as of ``at`` (now by default): end every session
@@ -85,7 +107,12 @@ class CutoffCache:
         if not self._refreshing.acquire(blocking=False):
             return
         try:
-            self._due = self.clock.monotonic() + self.refresh_every
+            started = self.clock.monotonic()
+            if started < self._due:
+                return  # read meanwhile by the thread this one waited for
+            self._due = started + self.refresh_every
+            if self.before_refresh is not None:
+                self.before_refresh()
             oldest = int(self.clock()) - self.horizon
             try:
                 fresh = self.store.cutoffs(oldest)
@@ -99,10 +126,12 @@ class CutoffCache:
                     if known.get(user, at) <= at:
                         known[user] = at
                 self._known = known
+            self._read_at = started
         finally:
             self._refreshing.release()
 
     def _failed(self, error: BackendUnavailable) -> None:
+        self._failing = True
         unreported = self._failures.failed(tried=True)
         if unreported is None:
             return  # reported less than a minute ago
@@ -113,5 +142,6 @@ class CutoffCache:
         )
 
     def _recovered(self) -> None:
+        self._failing = False
         if self._failures.recovered() is not None:
             logger.warning("users' cut-offs read again")

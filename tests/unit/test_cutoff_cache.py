@@ -5,6 +5,7 @@ and says so once a minute, forgets what can refuse nothing more."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
@@ -121,3 +122,67 @@ def test_wait_out_waits_only_in_the_cutoffs_second(cache, clock):
     clock.advance(0.25)
     cache.wait_out("alice", int(START))
     assert clock() == START + 1
+
+
+class GatedStore(Store):
+    """A store whose reads wait at a gate, for one read under way in another thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = threading.Event()
+        self.gate = threading.Event()
+
+    def cutoffs(self, newer_than: int) -> dict[str, int]:
+        self.reading.set()
+        assert self.gate.wait(10)
+        return super().cutoffs(newer_than)
+
+
+def test_a_copy_older_than_the_bound_waits_for_the_read_under_way(clock):
+    store = GatedStore()
+    store.gate.set()
+    cache = CutoffCache(store, clock, refresh_every=5, horizon=900)  # type: ignore[arg-type]
+    assert not cache.refuses("alice", int(START))  # read at START: nothing known
+    clock.advance(600)  # an idle worker; meanwhile alice was logged out elsewhere
+    store.known["alice"] = int(START) + 100
+    store.gate.clear()
+    store.reading.clear()
+    leader = threading.Thread(target=cache.refuses, args=("bob", int(START)))
+    leader.start()
+    assert store.reading.wait(10)  # the leader's read is under way
+    answers: list[bool] = []
+    waiter = threading.Thread(target=lambda: answers.append(cache.refuses("alice", int(START))))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # it waits: what it knows is 600 s old
+    store.gate.set()
+    leader.join(10)
+    waiter.join(10)
+    assert answers == [True]
+    assert store.reads == 2
+
+
+def test_a_copy_read_within_the_bound_does_not_wait_for_the_next_read(clock):
+    store = GatedStore()
+    store.gate.set()
+    cache = CutoffCache(store, clock, refresh_every=5, horizon=900)  # type: ignore[arg-type]
+    cache.refuses("alice", int(START))
+    clock.advance(5)  # due again, and the copy is 5 s old: within the bound
+    store.gate.clear()
+    store.reading.clear()
+    leader = threading.Thread(target=cache.refuses, args=("bob", int(START)))
+    leader.start()
+    assert store.reading.wait(10)
+    assert not cache.refuses("alice", int(START))  # at once, with the copy it has
+    store.gate.set()
+    leader.join(10)
+
+
+def test_nobody_waits_for_reads_that_keep_failing(cache, store, clock):
+    cache.refuses("alice", int(START))
+    store.failing = True
+    clock.advance(600)
+    cache.refuses("alice", int(START))  # fails: the known cut-offs stand
+    clock.advance(1)  # not due; the copy is old but the store is failing: no wait
+    assert not cache.refuses("alice", int(START))
+    assert store.reads == 2
