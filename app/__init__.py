@@ -24,6 +24,7 @@ from app.config.settings import MAX_BODY_BYTES, Settings
 from app.extensions import (
     ACCESS_RULES,
     CLOCK,
+    CUTOFFS,
     EXPECTED_CLAIMS,
     KEY_RING,
     USER_DIRECTORY,
@@ -94,12 +95,14 @@ def init_keys(app: Flask, settings: Settings) -> None:
 
 
 def init_user_directory(app: Flask, settings: Settings) -> None:
-    """Attach the user directory of USERS_FILE to ``app``, or None when it is unset."""
+    """Attach the user directory of USERS_FILE to ``app``, or None when it is unset; the
+    cut-off cache looks at the file before each of its reads."""
     directory = None
     if settings.users_file is not None:
         directory = UserDirectory(
             settings.users_file, clock=clock_of(app), on_change=log_out_changed_users(app)
         )
+        app.extensions[CUTOFFS].before_refresh = directory.look
     app.extensions[USER_DIRECTORY] = directory
 
 

@@ -147,8 +147,7 @@ class UserDirectory:
         apart, so neither can anything they show (answers, log lines, metrics). The hash
         returned is what ``still_holds`` compares the file with after the login.
         """
-        if self.clock.monotonic() >= self._next_look:
-            self._reload_if_changed()
+        self.look()
         hashed = self._users.get(username)
         try:
             self.hasher.verify(hashed or self._dummy_hash, password)
@@ -180,9 +179,13 @@ class UserDirectory:
 
     def has(self, username: str) -> bool:
         """Return whether ``username`` is a user, as the file was at the last look."""
+        self.look()
+        return username in self._users
+
+    def look(self) -> None:
+        """Read the file again if it changed, at most once a ``RELOAD_INTERVAL``."""
         if self.clock.monotonic() >= self._next_look:
             self._reload_if_changed()
-        return username in self._users
 
     def _reload_if_changed(self) -> None:
         with self._lock:

@@ -111,7 +111,7 @@ def revoke_tokens(name: str, change: str) -> str:
     except BackendUnavailable as error:
         raise click.ClickException(
             f"{change}, but its refresh tokens were not revoked, the token store is"
-            f" unavailable: {error}; run `flask tokens revoke-user {name}` once it answers"
+            f" unavailable: {error}; run `flask sessions end {name}` once it answers"
         ) from None
     return f"revoked {revoked} refresh token{'' if revoked == 1 else 's'}"
 

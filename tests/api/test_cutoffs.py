@@ -202,6 +202,28 @@ def test_a_password_changed_in_users_file_logs_the_user_out_everywhere(make_app,
     )
 
 
+def test_a_users_file_edited_by_hand_refuses_the_old_tokens_with_no_login_to_read_it(
+    make_app, tmp_path
+):
+    clock = ManualClock()
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"alice": HASHER.hash("old password")}))
+    app = make_app(clock=clock, USERS_FILE=str(users), SESSION_CUTOFF_REFRESH="5")
+    client = app.test_client()
+    old = client.post("/login", json={"username": "alice", "password": "old password"})
+    token = old.get_json()["accessToken"]
+    clock.advance(2)
+    # an operator's edit (rsync, configuration management): no flask users, and after it
+    # only protected traffic, which reads no password
+    change_users(str(users), lambda u: u.update(alice=HASHER.hash("new password")) or True)
+    assert client.get("/user-accessible", headers=bearer(token)).status_code == 200
+    clock.advance(5)  # the cut-offs' refresh, which looks at the file first
+    assert client.get("/user-accessible", headers=bearer(token)).status_code == 401
+    assert check(client, token) == 401
+    refreshed = client.post("/token", json={"username": "alice", **old.get_json()})
+    assert refreshed.status_code == 401
+
+
 @pytest.mark.parametrize("shift", [-3600, 3600], ids=["copied-with-its-old-mtime", "future-mtime"])
 def test_a_users_file_whose_mtime_cannot_be_the_change_s_logs_out_as_of_now(
     make_app, tmp_path, shift

@@ -655,8 +655,8 @@ def test_a_change_with_the_store_down_says_the_tokens_were_not_revoked(
     done = "new password for 'alice'" if args[0] == "add" else "removed 'alice'"
     assert result.stderr == (
         f"Error: {done}, but its refresh tokens were not revoked, the token store is"
-        " unavailable: connection refused; run `flask tokens revoke-user alice` once it"
-        " answers\n"
+        " unavailable: connection refused; run `flask sessions end alice` once it"
+        " answers\n"  # a logout everywhere: its access tokens too, not only its refresh tokens
     )
     assert "Traceback" not in result.output
 
