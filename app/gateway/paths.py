@@ -36,6 +36,8 @@ SLASHES = re.compile(r"/{2,}")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: What a decoding holds that no reading settles: IIS's ``%u0061``, a byte that is no UTF-8.
 UNREADABLE = re.compile(r"%[uU]|[\udc80-\udcff]")
+#: Where a path ends to a parser that reads it as a URL: a query, or a fragment.
+CUT = re.compile(r"[?#]")
 #: Characters beyond ASCII that Unicode case mapping (lower, upper, casefold, or a first
 #: character before combining marks, as Java's one-character mapping) turns into ASCII
 #: letters, and those letters: a case-insensitive matcher may read ``/adm\u0131n`` (a
@@ -102,6 +104,8 @@ def path_readings(uri: str) -> frozenset[str] | None:
                 spellings.update((separated, PARAMETERS.sub("", separated)))
     if any(UNREADABLE.search(spelling) for spelling in spellings):
         return None
+    # a decoded ? or # (%3F, %23) ends the path to an upstream that parses it again
+    spellings |= {CUT.split(spelling, 1)[0] for spelling in spellings if CUT.search(spelling)}
     spellings |= {trimmed(spelling) for spelling in spellings if TRAILING.search(spelling)}
     for spelling in list(spellings):
         for resolved in {spelling, remove_dot_segments(spelling)}:

@@ -35,6 +35,8 @@ RULE_KEYS = frozenset({"hosts", "paths", "methods", "allow"})
 REGEX_PREFIX = "re:"
 #: A method as HTTP spells one (RFC 9110's token), upper case.
 METHOD = re.compile(r"[A-Z!#$%&'*+.^_`|~0-9-]+")
+#: An upper-case letter of a path pattern that is no escape's (``\S``, ``\W``...).
+UPPER_CASE_LETTER = re.compile(r"(?<!\\)[A-Z]")
 #: Distinct original requests whose judgment each process keeps (a few hundred bytes each).
 JUDGMENTS_CACHED = 4096
 #: A larger file is refused: no rules file needs so much.
@@ -295,9 +297,17 @@ def _prefix(where: str, prefix: str) -> str:
 
 def _pattern(where: str, expression: str) -> re.Pattern[str]:
     try:
-        return re.compile(expression)
+        pattern = re.compile(expression)
     except re.error as error:
         raise RulesFileError(f"{where}: bad pattern {expression!r}: {error}") from None
+    if UPPER_CASE_LETTER.search(expression):
+        # an upper-case letter never matches the lower-cased readings, where an upstream
+        # that takes paths case-insensitively would find the path the rule means
+        raise RulesFileError(
+            f"{where}: bad pattern {expression!r}: must be lower case, as prefixes are"
+            " (paths are compared lowercased too); \\S, \\W and the like may stay"
+        )
+    return pattern
 
 
 def rule_text(table: dict[str, Any]) -> str:
@@ -320,7 +330,7 @@ def covers(earlier: Rule, later: Rule) -> bool:
         later.methods is None or not later.methods <= earlier.methods
     ):
         return False
-    if not earlier.paths:
+    if not earlier.paths or "/" in earlier.prefixes:  # every path a request names
         return True
     if not later.paths:
         return False

@@ -119,6 +119,9 @@ ADMIN_SPELLINGS = [
     "/x#/../admin/panel",
     "/x/%00/../admin/panel",
     "/x/%0a/../admin/panel",
+    "/adm%C4%B1n/panel",  # the dotless i: /admin to a case-insensitive Java or .NET
+    "/ADM%C4%B0N/panel",
+    "/%EF%AC%81x/../admin/panel",
 ]
 
 

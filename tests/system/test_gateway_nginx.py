@@ -527,9 +527,11 @@ def test_nginx_keeps_a_verdict_only_until_the_second_the_check_names(echo, tmp_p
             "none": 3,
         }
         stub.stop()  # the check gone: a kept verdict still passes, a stale one never
-        assert get(f"{nginx.url}/cache-ahead-down", bearer("ahead"))[0] == 200
+        assert get(f"{nginx.url}/cache-ahead", bearer("ahead"))[0] == 200
+        # a verdict is kept for its request (method, overrides, host, URI), never another's
+        assert get(f"{nginx.url}/cache-ahead-down", bearer("ahead"))[0] == 503
         for token in ["passed", "zero", "none"]:
-            assert get(f"{nginx.url}/cache-{token}-down", bearer(token))[0] == 503, token
+            assert get(f"{nginx.url}/cache-{token}", bearer(token))[0] == 503, token
     finally:
         nginx.stop()
         stub.stop()

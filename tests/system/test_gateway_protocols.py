@@ -30,7 +30,7 @@ from hypothesis import given, settings
 
 from app.auth.keys import load_key_ring
 from app.auth.tokens import issue_cookie_token
-from app.views.gateway import ENVOY_PREFIX
+from app.views.gateway import ENVOY_PREFIX, METHOD_OVERRIDES
 from tests.helpers.gateway import (
     ACCESS_RULES,
     ADMIN_SPELLINGS,
@@ -134,6 +134,27 @@ def test_the_envoy_config_asks_the_prefix_copies_the_identity_and_fails_closed()
     (route,) = host["routes"]
     assert route["request_headers_to_remove"] == ["authorization"]  # after the check
     assert manager["use_remote_address"] is True
+    # the method overrides reach the check, which judges them as the method
+    asked = {pattern["exact"] for pattern in authz["allowed_headers"]["patterns"]}
+    assert {wsgi_name(key) for key in METHOD_OVERRIDES} <= asked
+    # an identity header spelled with underscores never slips past the removals above
+    options = manager["common_http_protocol_options"]
+    assert options["headers_with_underscores_action"] == "REJECT_REQUEST"
+
+
+def wsgi_name(key: str) -> str:
+    """Return a header's name as Envoy's patterns spell it, from its WSGI environ key."""
+    return key.removeprefix("HTTP_").lower().replace("_", "-")
+
+
+def test_every_nginx_verdict_cache_key_holds_all_the_check_may_read():
+    conf = (ROOT / "deploy" / "nginx" / "gateway-check.conf").read_text()
+    keys = re.findall(r"proxy_cache_key \"([^\"]+)\";", conf)
+    assert len(keys) == 3  # check, check-admin, check-rules
+    needed = {"$request_method", "$host", "$request_uri", "$http_authorization"}
+    needed |= {"$http_" + key.removeprefix("HTTP_").lower() for key in METHOD_OVERRIDES}
+    for key in keys:
+        assert needed <= set(re.split(r" |://", key)), key
 
 
 # --- the service's side ---------------------------------------------------------------

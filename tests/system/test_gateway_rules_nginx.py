@@ -32,8 +32,19 @@ paths = ["/admin/"]
 allow = "admin"
 
 [[rules]]
+paths = ["/app/"]
+methods = ["DELETE"]
+allow = "admin"
+
+[[rules]]
 allow = "user"
 """
+#: All a rule reads: the method, each method override, the host, the URI as sent.
+CACHE_KEY = (
+    "$request_method $host $request_uri"
+    " $http_x_http_method_override $http_x_http_method $http_x_method_override"
+    " $http_authorization"
+)
 #: nginx's workers write the cache in the test's folder, which only its owner may enter.
 USER = "user root;\n" if os.geteuid() == 0 else ""
 #: The gateway under test: every path asks the check, which the rules answer; the cache key
@@ -58,7 +69,7 @@ server {{
         proxy_http_version 1.1;
         proxy_set_header Connection "";
         proxy_cache verdicts;
-        proxy_cache_key "$request_method $host $request_uri $http_authorization";
+        proxy_cache_key "{cache_key}";
         proxy_ignore_headers Cache-Control Expires;
         proxy_cache_valid any 0;
         proxy_cache_use_stale off;
@@ -100,9 +111,10 @@ class Stack:
         answer = fresh("POST", f"{self.service.url}/login", json={"username": username})
         return answer.json()["accessToken"]
 
-    def get(self, path: str, token: str | None = None) -> int:
+    def get(self, path: str, token: str | None = None, **headers: str) -> int:
         """Send ``path`` as it is written (no client-side normalisation) and return the status."""
-        request = requests.Request("GET", self.url + "/", headers=_bearer(token)).prepare()
+        headers = {**_bearer(token), **{name.replace("_", "-"): v for name, v in headers.items()}}
+        request = requests.Request("GET", self.url + "/", headers=headers).prepare()
         request.url = self.url + path
         with requests.Session() as session:
             return session.send(request, timeout=15).status_code
@@ -133,7 +145,9 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     prefix = folder / "nginx"
     prefix.mkdir()
     port = free_port()
-    site = SITE.format(prefix=prefix, service=service.port, port=port, upstream=upstream.port)
+    site = SITE.format(
+        prefix=prefix, service=service.port, port=port, upstream=upstream.port, cache_key=CACHE_KEY
+    )
     url = f"http://127.0.0.1:{port}"
     process = run_nginx(prefix, site, f"{url}/public/ready")
     try:
@@ -153,6 +167,16 @@ def test_a_kept_pass_for_one_path_is_never_a_pass_for_another(stack):
     assert stack.get("/admin/panel", admin) == 200
     assert stack.get("/public/logo.png") == 200
     assert stack.get("/app/items") == 401
+
+
+def test_a_kept_pass_is_never_a_pass_for_a_method_override(stack):
+    user = stack.token("alice")
+    for _ in range(2):  # the second from the cache
+        assert stack.get("/app/items", user) == 200
+    before = len(stack.upstream.seen)
+    for header in ("X_HTTP_Method_Override", "X_HTTP_Method", "X_Method_Override"):
+        assert stack.get("/app/items", user, **{header: "DELETE"}) == 403
+    assert len(stack.upstream.seen) == before
 
 
 @pytest.mark.parametrize(

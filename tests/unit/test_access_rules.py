@@ -250,6 +250,15 @@ def test_a_path_that_is_no_path_or_holds_a_control_character_is_denied(uri):
     assert verdict(uri) is Verdict.DENY
 
 
+@pytest.mark.parametrize("uri", ["/admin%3F/panel", "/admin%23/panel", "/admin%253f/panel"])
+def test_a_decoded_query_or_fragment_mark_ends_the_path_in_one_reading(uri):
+    # an upstream that decodes the path and parses it again as a URL ends it there
+    rules = parse_rules(
+        rules_toml('paths = ["/admin/"]; allow = "admin"', 'allow = "user"').encode()
+    )
+    assert rules.judge(("GET",), None, uri).verdict is Verdict.ADMIN
+
+
 def test_remove_dot_segments_is_rfc_3986s():
     assert remove_dot_segments("/a/b/c/./../../g") == "/a/g"
     assert remove_dot_segments("/../../x") == "/x"
@@ -397,6 +406,14 @@ def test_each_folding_character_reads_as_its_ascii_letters(character):
             rules_toml('paths = ["re:^/x"]; allow = "admin"', 'paths = ["re:^/x"]; allow = "user"'),
             "rules[2]: never matches",
         ),
+        (  # every path a request names begins with /
+            rules_toml('paths = ["/"]; allow = "user"', 'paths = ["re:^/admin"]; allow = "admin"'),
+            "rules[2]: never matches",
+        ),
+        (  # never matching the lower-cased readings that a case-blind upstream serves
+            rules_toml('paths = ["re:^/Reports/"]; allow = "admin"'),
+            "rules[1]: bad pattern '^/Reports/': must be lower case",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_in_one_line_naming_the_rule(text, message):
@@ -417,6 +434,8 @@ def test_a_bad_file_is_refused_in_one_line_naming_the_rule(text, message):
         ),
         rules_toml('hosts = ["x.a.com"]; allow = "user"', 'hosts = ["*.a.com"]; allow = "admin"'),
         rules_toml('paths = ["re:^/x"]; allow = "admin"', 'paths = ["/x"]; allow = "user"'),
+        # an escape's capital is no case: \S, \W
+        rules_toml('paths = ["re:^/r/\\\\S+/\\\\W"]; allow = "admin"', 'allow = "user"'),
     ],
 )
 def test_a_rule_after_a_narrower_one_is_no_shadow(text):
