@@ -64,16 +64,23 @@ class CutoffCache:
         return self._known.get(username)
 
     def _bring_up_to_date(self) -> None:
+        """Read the cut-offs when due, unless another thread is at it: then go on with the
+        copy, or, when it was read longer than the bound ago (a worker idle for a while),
+        wait for that read (the store's timeout bounds it). Nobody waits while reads fail."""
         now = self.clock.monotonic()
-        if now >= self._due:
-            self._refresh()
-        elif (
-            now - self._read_at > self.refresh_every
-            and not self._failing
-            # another thread's read is under way and the copy is older than the bound:
-            # wait for that read (the store's timeout bounds it), then use what it gave
-            and self._refreshing.acquire(timeout=max(1.0, self.refresh_every))
-        ):
+        stale = now - self._read_at > self.refresh_every and not self._failing
+        if now < self._due and not stale:
+            return
+        if stale:
+            taken = self._refreshing.acquire(timeout=max(1.0, self.refresh_every))
+        else:
+            taken = self._refreshing.acquire(blocking=False)
+        if not taken:
+            return
+        try:
+            if self.clock.monotonic() >= self._due:  # else read by the thread waited for
+                self._refresh()
+        finally:
             self._refreshing.release()
 
     def log_out_everywhere(self, username: str, at: int | None = None) -> int:
@@ -103,32 +110,25 @@ class CutoffCache:
                 self._known = {**self._known, username: cutoff}
 
     def _refresh(self) -> None:
-        """Read the cut-offs newer than the horizon, unless another thread is at it."""
-        if not self._refreshing.acquire(blocking=False):
-            return
+        """Read the cut-offs newer than the horizon (under ``_refreshing``)."""
+        started = self.clock.monotonic()
+        self._due = started + self.refresh_every
+        if self.before_refresh is not None:
+            self.before_refresh()
+        oldest = int(self.clock()) - self.horizon
         try:
-            started = self.clock.monotonic()
-            if started < self._due:
-                return  # read meanwhile by the thread this one waited for
-            self._due = started + self.refresh_every
-            if self.before_refresh is not None:
-                self.before_refresh()
-            oldest = int(self.clock()) - self.horizon
-            try:
-                fresh = self.store.cutoffs(oldest)
-            except BackendUnavailable as error:
-                self._failed(error)
-                return
-            self._recovered()
-            with self._writing:  # a copy, then one assignment
-                known = {user: at for user, at in self._known.items() if at > oldest}
-                for user, at in fresh.items():
-                    if known.get(user, at) <= at:
-                        known[user] = at
-                self._known = known
-            self._read_at = started
-        finally:
-            self._refreshing.release()
+            fresh = self.store.cutoffs(oldest)
+        except BackendUnavailable as error:
+            self._failed(error)
+            return
+        self._recovered()
+        with self._writing:  # a copy, then one assignment
+            known = {user: at for user, at in self._known.items() if at > oldest}
+            for user, at in fresh.items():
+                if known.get(user, at) <= at:
+                    known[user] = at
+            self._known = known
+        self._read_at = started
 
     def _failed(self, error: BackendUnavailable) -> None:
         self._failing = True
