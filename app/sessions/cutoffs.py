@@ -5,11 +5,11 @@ read per request.
 The copy is brought up to date from the shared store at most every
 SESSION_CUTOFF_REFRESH seconds, by the first request that finds it due. The others go on
 with the cut-offs known meanwhile while those were read less than SESSION_CUTOFF_REFRESH
-seconds ago; a copy older than that (a worker idle for a while) is waited for. A logout
-everywhere made on this worker is in its copy at once; one made elsewhere is here within
-SESSION_CUTOFF_REFRESH seconds. If the store cannot be read, the cut-offs known stay in
-force (nobody waits for a read that keeps failing), and the failure is logged at most
-once a minute.
+seconds ago (and a second's grace for the read under way); a copy older than that (a
+worker idle for a while) waits for the read. A logout everywhere made on this worker is
+in its copy at once; one made elsewhere is here within SESSION_CUTOFF_REFRESH seconds.
+If the store cannot be read, the cut-offs known stay in force (nobody waits for a read
+that keeps failing), and the failure is logged at most once a minute.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from app.backends.interface import BackendUnavailable, RefreshTokenStore
 from app.config.clock import Clock
 
 logger = logging.getLogger(__name__)
+#: Seconds a copy may outlive the refresh interval while a read is under way (a read takes
+#: milliseconds): an older copy waits for the read, a younger one goes on meanwhile.
+READ_GRACE = 1.0
 
 
 class CutoffCache:
@@ -65,10 +68,11 @@ class CutoffCache:
 
     def _bring_up_to_date(self) -> None:
         """Read the cut-offs when due, unless another thread is at it: then go on with the
-        copy, or, when it was read longer than the bound ago (a worker idle for a while),
-        wait for that read (the store's timeout bounds it). Nobody waits while reads fail."""
+        copy, or, when it was read longer than the bound (and ``READ_GRACE``) ago, as on a
+        worker idle for a while, wait for that read (the store's timeout bounds it). Nobody
+        waits while reads fail, nor at each read when it is due."""
         now = self.clock.monotonic()
-        stale = now - self._read_at > self.refresh_every and not self._failing
+        stale = now - self._read_at > self.refresh_every + READ_GRACE and not self._failing
         if now < self._due and not stale:
             return
         if stale:

@@ -167,7 +167,7 @@ def test_a_copy_read_within_the_bound_does_not_wait_for_the_next_read(clock):
     store.gate.set()
     cache = CutoffCache(store, clock, refresh_every=5, horizon=900)  # type: ignore[arg-type]
     cache.refuses("alice", int(START))
-    clock.advance(5)  # due again, and the copy is 5 s old: within the bound
+    clock.advance(5.5)  # due again, the copy 5.5 s old: within the bound and its grace
     store.gate.clear()
     store.reading.clear()
     leader = threading.Thread(target=cache.refuses, args=("bob", int(START)))
