@@ -46,7 +46,6 @@ class CutoffCache:
         self._due = clock.monotonic()  # the first request reads them
         #: When the read that gave ``_known`` began (monotonic); none yet.
         self._read_at = -math.inf
-        self._failing = False
         self._refreshing = threading.Lock()
         self._writing = threading.Lock()
         self._failures = BackendFailures(clock.monotonic)
@@ -72,7 +71,7 @@ class CutoffCache:
         worker idle for a while, wait for that read (the store's timeout bounds it). Nobody
         waits while reads fail, nor at each read when it is due."""
         now = self.clock.monotonic()
-        stale = now - self._read_at > self.refresh_every + READ_GRACE and not self._failing
+        stale = now - self._read_at > self.refresh_every + READ_GRACE and not self._failures.failing
         if now < self._due and not stale:
             return
         if stale:
@@ -135,7 +134,6 @@ class CutoffCache:
         self._read_at = started
 
     def _failed(self, error: BackendUnavailable) -> None:
-        self._failing = True
         unreported = self._failures.failed(tried=True)
         if unreported is None:
             return  # reported less than a minute ago
@@ -146,6 +144,5 @@ class CutoffCache:
         )
 
     def _recovered(self) -> None:
-        self._failing = False
         if self._failures.recovered() is not None:
             logger.warning("users' cut-offs read again")

@@ -254,7 +254,7 @@ def authenticated_unless_public(presented: tuple[str, str, str]) -> None:
 
 def string_field(fields: dict[str, Any], name: str) -> str:
     value = fields.get(name)
-    if value is None or value == "":
+    if value is None:  # an empty one is left out by form_fields
         raise invalid_request(f"{name} is required")
     if not isinstance(value, str):
         raise invalid_request(f"{name} must be a string")
