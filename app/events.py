@@ -32,7 +32,7 @@ class Event(StrEnum):
     USER_ADDED = "user_added"
     USER_PASSWORD_CHANGED = "user_password_changed"
     USER_REMOVED = "user_removed"
-    #: One session ended (by its user, an admin or ``flask sessions``).
+    #: One session ended (by its user, an admin, ``flask sessions``, or its idle timeout).
     SESSION_ENDED = "session_ended"
     #: Every session of a user ended, and their access tokens cut off.
     LOGGED_OUT_EVERYWHERE = "logged_out_everywhere"
@@ -56,6 +56,9 @@ class Reason(StrEnum):
     REUSED_REFRESH_TOKEN = "reused_refresh_token"
     #: With USERS_FILE: a refresh token of a username the directory no longer holds.
     USER_NOT_IN_DIRECTORY = "user_not_in_directory"
+    #: With REFRESH_TOKEN_IDLE_TIMEOUT: a refresh token of a session unused that long, which
+    #: ends with this refusal (event ``session_ended``).
+    IDLE_SESSION = "idle_session"
     #: POST /login 401 with USERS_FILE: a wrong password and an unknown user alike, so
     #: that neither the log nor the metrics tell whether a username exists.
     BAD_CREDENTIALS = "bad_credentials"

@@ -107,6 +107,14 @@ class Outcome(Enum):
     REUSED = "reused"  # retired already: the whole family is revoked
     UNKNOWN = "unknown"  # never issued, revoked, expired or forgotten
     OTHER_USER = "other_user"  # live, but recorded for another username
+    IDLE = "idle"  # live, but its session unused too long: the session ended just now
+
+
+@dataclass(frozen=True)
+class IdleSession:
+    """What ``owner_of`` answers for a live token whose session was idle: removed just now."""
+
+    owner: str
 
 
 @dataclass(frozen=True)
@@ -440,10 +448,11 @@ class RefreshTokenStore(ABC):
         matter: every access token they refuse has expired; the store may forget them)."""
 
     @abstractmethod
-    def owner_of(self, token: str) -> str | None:
+    def owner_of(self, token: str) -> str | IdleSession | None:
         """Return the username a live (not retired, not expired, not idle) token was issued
         to, or None. A use: the session's last use is written, at most once a minute; an
-        idle session (``policy.idle_timeout``) is removed."""
+        idle session (``policy.idle_timeout``) is removed, and its owner returned as an
+        ``IdleSession``: that end of a session is a security event for the caller to log."""
 
     @abstractmethod
     def describe(self, token: str) -> LiveToken | None:
@@ -461,7 +470,7 @@ class RefreshTokenStore(ABC):
         lets them replace the still unused successor. A token the family forgot, known
         by its lineage, is reuse too. The successor inherits the family's expiry:
         ``policy.lifetime`` counts from the login, and its session, used now. An idle
-        session (``policy.idle_timeout``) is removed, and its token ``UNKNOWN``.
+        session (``policy.idle_timeout``) is removed, and the outcome ``IDLE``.
         """
 
     @abstractmethod

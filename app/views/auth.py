@@ -11,7 +11,13 @@ from werkzeug.exceptions import BadRequest, ServiceUnavailable, TooManyRequests,
 from werkzeug.routing import BaseConverter
 
 from app.auth.tokens import issue_access_token, new_refresh_token, role_for
-from app.backends.interface import BackendUnavailable, Outcome, shown_digest, successor_of
+from app.backends.interface import (
+    BackendUnavailable,
+    IdleSession,
+    Outcome,
+    shown_digest,
+    successor_of,
+)
 from app.config.usernames import (
     CLIENT_USERNAME_PREFIX,
     MAX_USERNAME_LENGTH,
@@ -120,6 +126,9 @@ def refresh() -> Response:
         access_token, successor = rotated_tokens(refresh_token, username)
         return jsonify(accessToken=access_token, refreshToken=successor)
     owner = get_store().owner_of(refresh_token) if refresh_token else None  # "" is unknown
+    if isinstance(owner, IdleSession):
+        note_idle_session(owner.owner)
+        raise Unauthorized()
     if owner is None or not hmac.compare_digest(owner.encode(), username.encode()):
         note(
             reason=Reason.UNKNOWN_REFRESH_TOKEN if owner is None else Reason.ANOTHER_USERS_TOKEN,
@@ -143,6 +152,9 @@ def rotated_tokens(refresh_token: str, username: str) -> tuple[str, str]:
     if rotation.outcome is Outcome.OTHER_USER:
         note(reason=Reason.ANOTHER_USERS_TOKEN, event=Event.REFRESH_FAILED)
         raise Unauthorized()
+    if rotation.outcome is Outcome.IDLE:
+        note_idle_session(username)
+        raise Unauthorized()
     if rotation.outcome is Outcome.REUSED:
         # the family's owner, as the username matched it; the family's digest, no token
         note(
@@ -160,6 +172,11 @@ def rotated_tokens(refresh_token: str, username: str) -> tuple[str, str]:
     note(user=username, event=event, family=rotation.family)
     get_cutoffs().wait_out(username)
     return access_token_for(username), successor
+
+
+def note_idle_session(owner: str) -> None:
+    """Log the end of ``owner``'s session that a refresh found idle (the store removed it)."""
+    note(user=owner, reason=Reason.IDLE_SESSION, event=Event.SESSION_ENDED)
 
 
 def in_directory(username: str) -> bool:

@@ -20,7 +20,7 @@ from app.auth.tokens import (
     role_for,
     verify_access_token,
 )
-from app.backends.interface import BackendUnavailable
+from app.backends.interface import BackendUnavailable, IdleSession
 from app.events import Event, Reason
 from app.extensions import (
     current_settings,
@@ -56,6 +56,7 @@ from app.views.auth import (
     forbid_caching,
     in_directory,
     limit_rate,
+    note_idle_session,
     record_login,
     required_username,
     reserved_for_clients,
@@ -149,6 +150,9 @@ def refresh_token_grant(fields: dict[str, Any]) -> Response:
     """Refresh as ``POST /token`` does, for the username the refresh token was recorded for."""
     refresh_token = string_field(fields, "refresh_token")
     owner = get_store().owner_of(refresh_token) if refresh_token else None
+    if isinstance(owner, IdleSession):
+        note_idle_session(owner.owner)
+        raise invalid_grant("the refresh token is unknown")
     if owner is None or reserved_for_clients(owner):
         note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
         raise invalid_grant("the refresh token is unknown")

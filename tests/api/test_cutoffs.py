@@ -14,6 +14,8 @@ from app.auth.tokens import new_refresh_token
 from app.auth.users import HASHER, change_users
 from app.backends.interface import LoginClient
 from tests.helpers.clock import ManualClock
+from tests.helpers.metrics import scrape, value
+from tests.helpers.oauth import register
 from tests.helpers.tokens import bearer, login
 
 #: A whole second: tokens minted now carry it exactly.
@@ -30,6 +32,11 @@ def log_out_everywhere(app, username: str = "alice") -> int:
         from app.sessions.ending import log_out_everywhere as end_all
 
         return end_all(username)
+
+
+def request_lines(capfd) -> list[dict]:
+    out = capfd.readouterr().out.splitlines()
+    return [json.loads(line) for line in out if '"logger":"request"' in line.replace(" ", "")]
 
 
 def check(client, token: str) -> int:
@@ -158,7 +165,7 @@ def test_a_login_records_its_client(make_app, clock):
 
 
 @pytest.mark.parametrize("rotation", ["false", "true"])
-def test_an_idle_session_is_refused_at_post_token(make_app, clock, rotation):
+def test_an_idle_session_is_refused_at_post_token(make_app, clock, rotation, capfd):
     app = make_app(clock=clock, REFRESH_TOKEN_IDLE_TIMEOUT="600", REFRESH_TOKEN_ROTATION=rotation)
     client = app.test_client()
     refresh_token = login(client)["refreshToken"]
@@ -167,8 +174,44 @@ def test_an_idle_session_is_refused_at_post_token(make_app, clock, rotation):
     assert response.status_code == 200
     refresh_token = response.get_json().get("refreshToken", refresh_token)
     clock.advance(600 + 60)  # unused since a minute that long ago
+    capfd.readouterr()
     response = client.post("/token", json={"username": "alice", "refreshToken": refresh_token})
     assert response.status_code == 401
+    assert app.extensions["token_store"].count() == 0
+    (line,) = request_lines(capfd)  # the end of a session: a security event
+    assert (line["event"], line["reason"], line["user"]) == (
+        "session_ended",
+        "idle_session",
+        "alice",
+    )
+    samples = scrape(client)
+    assert value(samples, "token_service_auth_failures_total", reason="idle_session") == 1
+    assert value(samples, "token_service_tokens_total", event="revoked") == 1
+    response = client.post("/token", json={"username": "alice", "refreshToken": refresh_token})
+    assert response.status_code == 401  # gone: unknown from now on
+    assert request_lines(capfd)[-1]["reason"] == "unknown_refresh_token"
+
+
+def test_an_idle_session_ends_as_a_security_event_at_the_oauth_refresh_grant(
+    make_app, clock, capfd, tmp_path
+):
+    clients_file = tmp_path / "clients.json"
+    register(clients_file, "reports")  # the grant asks for none: a public client's refresh
+    app = make_app(clock=clock, REFRESH_TOKEN_IDLE_TIMEOUT="600", CLIENTS_FILE=str(clients_file))
+    client = app.test_client()
+    refresh_token = login(client)["refreshToken"]
+    clock.advance(600 + 60)
+    capfd.readouterr()
+    response = client.post(
+        "/oauth/token", data={"grant_type": "refresh_token", "refresh_token": refresh_token}
+    )
+    assert (response.status_code, response.get_json()["error"]) == (400, "invalid_grant")
+    (line,) = request_lines(capfd)
+    assert (line["event"], line["reason"], line["user"]) == (
+        "session_ended",
+        "idle_session",
+        "alice",
+    )
     assert app.extensions["token_store"].count() == 0
 
 

@@ -228,6 +228,21 @@ def test_a_host_of_version_2_calls_its_functions_and_a_retired_revoke_ends_the_f
     assert store.count() == 0
 
 
+def test_a_host_of_version_4_is_told_unknown_for_an_idle_session(store):
+    # version 4 knew no outcome "idle": its signature answers what it did answer
+    token = new_refresh_token()
+    store.issue(token, "alice")
+    used = store.sessions_of("alice").sessions[0].last_used_at
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT outcome, family_digest FROM token_store_rotate"
+            "(%s, %s, 'alice', %s, NULL, 0, 20, 16, false, NULL, %s)",
+            (token_digest(token), token_digest(successor_of(token)), time.time(), used),
+        ).fetchone()
+    assert row == ("unknown", "")
+    assert store.count() == 0  # the idle session ended all the same
+
+
 def test_every_function_runs_with_the_stores_schema_as_search_path(database):
     open_store(database, timeout=2).ping()
     with psycopg.connect(database) as connection:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from app.auth.tokens import new_refresh_token
 from app.backends.interface import (
     USER_AGENT_LENGTH,
+    IdleSession,
     LiveToken,
     LoginClient,
     Outcome,
@@ -230,13 +231,15 @@ def test_idle_sessions_are_refused_and_removed(make_store, clock):
     assert len(all_sessions(store, "alice")) == 3
     clock.advance(60)
     assert len(all_sessions(store, "alice")) == 1
-    assert store.owner_of(idle) is None
+    assert store.owner_of(idle) == IdleSession("alice")  # ended now: the caller logs it
+    assert store.owner_of(idle) is None  # and then unknown
+    assert store.rotate(rotating, successor_of(rotating), "alice").outcome is Outcome.IDLE
     assert store.rotate(rotating, successor_of(rotating), "alice").outcome is Outcome.UNKNOWN
     assert store.count() == 1  # both removed
     assert store.owner_of(kept) == "alice"
     clock.advance(660)
     assert all_sessions(store, "alice") == []
-    assert store.owner_of(kept) is None
+    assert store.owner_of(kept) == IdleSession("alice")
 
 
 def test_a_session_used_within_the_idle_timeout_is_never_refused(make_store, clock):
@@ -286,7 +289,7 @@ def test_describe_records_no_use_and_refuses_an_idle_session(make_store, clock):
     clock.advance(60)
     assert store.describe(token) is None
     assert store.count() == 1  # left for its next use to remove
-    assert store.owner_of(token) is None
+    assert store.owner_of(token) == IdleSession("alice")
     assert store.count() == 0
 
 

@@ -18,6 +18,7 @@ from app.backends import backend_at
 from app.backends.interface import (
     RETIRED_GENERATIONS_KEPT,
     BackendUnavailable,
+    IdleSession,
     LoginClient,
     Outcome,
     RefreshTokenPolicy,
@@ -157,7 +158,8 @@ def test_sessions_and_cutoffs_move_and_behave_as_before(
     assert target.end_session("alice", session.id)
     assert target.owner_of(rotated) is None
     clock.advance(660)  # other: idle since the end of its login's minute
-    assert target.owner_of(other) is None
+    assert target.owner_of(other) == IdleSession("alice")
+    assert target.owner_of(other) is None  # ended
     source.close()
     target.close()
 

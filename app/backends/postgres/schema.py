@@ -23,7 +23,7 @@ from app.backends.postgres.client import Schema
 from app.backends.postgres.process import Connection
 
 #: The version this code makes; the files of every version up to it are applied in order.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: The lock that the processes making or upgrading the schema take in turn.
 SCHEMA_LOCK = "hashtext('token_store_schema')"
 

@@ -29,6 +29,7 @@ from app.backends.interface import (
     BackendUnavailable,
     Cutoff,
     DenyEntry,
+    IdleSession,
     Imported,
     LiveToken,
     LoginClient,
@@ -185,7 +186,7 @@ class PostgresTokenStore(RefreshTokenStore):
             )  # fmt: skip
         return None if row is None or row[0] is None else int(row[0])
 
-    def owner_of(self, token: str) -> str | None:
+    def owner_of(self, token: str) -> str | IdleSession | None:
         digest, now = token_digest(token), self.clock()
         row = self._fetch_one(OWNER_OF, (digest, math.floor(now)))
         if row is None:
@@ -194,7 +195,7 @@ class PostgresTokenStore(RefreshTokenStore):
         minute = to_the_minute(now)
         if self.policy.is_idle(last_used_at, now):
             self._execute("SELECT token_store_forget_live(%s, %s)", (digest, family))
-            return None
+            return IdleSession(str(username))
         if last_used_at is None or last_used_at < minute:  # once a minute: a write
             self._execute(TOUCH, (minute, digest, minute))
         return str(username)
@@ -210,12 +211,12 @@ class PostgresTokenStore(RefreshTokenStore):
         policy, now = self.policy, self.clock()
         row = self._fetch_one(
             "SELECT outcome, family_digest FROM token_store_rotate"
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 token_digest(token), token_digest(successor), username, now,
                 policy.lifetime, policy.reuse_grace, RETIRED_GENERATIONS_KEPT, PURGE_BATCH,
                 bool(policy.per_user or policy.lifetime), lineage_digest(token),
-                policy.idle_since(now),
+                policy.idle_since(now), Outcome.IDLE.value,
             ),
         )  # fmt: skip
         assert row is not None  # a function's one row

@@ -62,6 +62,7 @@ from app.backends.interface import (
     BackendUnavailable,
     Cutoff,
     DenyEntry,
+    IdleSession,
     Imported,
     LiveToken,
     LoginClient,
@@ -179,7 +180,7 @@ class RedisTokenStore(RefreshTokenStore):
                 )  # fmt: skip
         return None if cutoff is None else int(float(cutoff))
 
-    def owner_of(self, token: str) -> str | None:
+    def owner_of(self, token: str) -> str | IdleSession | None:
         key, now = TOKEN_KEY_PREFIX + token_digest(token), self.clock()
         try:
             record = self.client.hmget(key, OWNER_FIELDS)
@@ -194,7 +195,7 @@ class RedisTokenStore(RefreshTokenStore):
         used = None if last_used_at is None else int(last_used_at)
         if self.policy.is_idle(used, now):
             self.revoke(token)  # the session ends: its family goes
-            return None
+            return IdleSession(owner)
         if used is None or used < minute:  # once a minute: a write
             with self._answering():
                 self._touch(keys=[key], args=[minute])

@@ -18,6 +18,7 @@ from app.backends.interface import (
     BackendUnavailable,
     Cutoff,
     DenyEntry,
+    IdleSession,
     Imported,
     LiveToken,
     LoginClient,
@@ -141,7 +142,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             )  # the sequence: the end of its index
             return _cutoff_of(connection, username)
 
-    def owner_of(self, token: str) -> str | None:
+    def owner_of(self, token: str) -> str | IdleSession | None:
         digest, now = token_digest(token), self.clock()
         try:  # _connection()'s read, without its generator frames: on every /token
             cursor = self._open().execute(
@@ -159,7 +160,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         if self.policy.is_idle(last_used_at, now):
             with self._connection(durable=True) as connection:
                 forget_live(connection, digest, family)
-            return None
+            return IdleSession(str(username))
         if last_used_at is None or last_used_at < minute:  # once a minute: a write
             with self._connection(write=True) as connection:
                 connection.execute(
@@ -210,7 +211,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                 and last_used_at <= idle_since
             ):
                 forget_live(connection, digest, family)
-                return Rotation(Outcome.UNKNOWN)
+                return Rotation(Outcome.IDLE)
             family, generation = family or digest, generation or 0
             shown = family[:DIGEST_PREFIX_LENGTH]
             if retired_at is None:

@@ -135,16 +135,16 @@ BEGIN
 END $$;
 
 -- Rotate p_digest into p_successor (RefreshTokenStore.rotate): outcome is rotated,
--- retried, reused, unknown or other_user; family_digest the family's first digest.
--- p_lineage: the digest of the token's lineage (NULL for none); a token whose digest is
--- unknown but whose lineage names a live family is one the family forgot: reuse.
--- p_idle_since: a live token of a session last used then or before is idle, and its
--- family is forgotten (unknown); NULL: no idle timeout. The successor carries the
--- session, used now (to the minute).
+-- retried, reused, unknown, other_user or p_idle_outcome; family_digest the family's
+-- first digest. p_lineage: the digest of the token's lineage (NULL for none); a token
+-- whose digest is unknown but whose lineage names a live family is one the family
+-- forgot: reuse. p_idle_since: a live token of a session last used then or before is
+-- idle, and its family is forgotten (outcome p_idle_outcome, 'idle'); NULL: no idle
+-- timeout. The successor carries the session, used now (to the minute).
 CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
-    p_numbered boolean, p_lineage text, p_idle_since bigint,
+    p_numbered boolean, p_lineage text, p_idle_since bigint, p_idle_outcome text,
     OUT outcome text, OUT family_digest text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -190,6 +190,7 @@ BEGIN
     END IF;
     IF v_token.retired_at IS NULL AND v_token.last_used_at <= p_idle_since THEN
         PERFORM token_store_forget_live(v_token.digest, v_token.family);
+        outcome := p_idle_outcome;
         RETURN;
     END IF;
     v_family := coalesce(v_token.family, v_token.digest);
@@ -329,8 +330,20 @@ BEGIN
     RETURN 1;
 END $$;
 
--- The signatures of versions 2 and 3, for a host still running one while the others
--- upgrade: each is this version's function, without what it did not know.
+-- The signatures of versions 2 to 4, for a host still running one while the others
+-- upgrade: each is this version's function, without what it did not know (version 4
+-- knew no outcome 'idle': its idle session is unknown).
+CREATE OR REPLACE FUNCTION token_store_rotate(
+    p_digest text, p_successor text, p_username text, p_now double precision,
+    p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
+    p_numbered boolean, p_lineage text, p_idle_since bigint,
+    OUT outcome text, OUT family_digest text)
+LANGUAGE sql AS $$
+    SELECT * FROM token_store_rotate(p_digest, p_successor, p_username, p_now, p_lifetime,
+                                     p_grace, p_kept, p_batch, p_numbered, p_lineage,
+                                     p_idle_since, 'unknown')
+$$;
+
 CREATE OR REPLACE FUNCTION token_store_issue(
     p_digest text, p_username text, p_now double precision, p_expires_at bigint,
     p_per_user integer, p_batch integer)

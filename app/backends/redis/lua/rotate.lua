@@ -3,7 +3,7 @@
 -- token's lineage ('' for none), a new session id (for a token from before sessions),
 -- the last use at or before which a session is idle ('' for no idle timeout), now to the
 -- minute. Returns {outcome, family}. The successor carries the token's session, used now;
--- an idle session is forgotten, and its token unknown.
+-- an idle session is forgotten (outcome idle).
 local digest, successor, username = ARGV[5], ARGV[6], ARGV[7]
 local now, issued_at, lifetime = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 if lifetime ~= '' then
@@ -33,7 +33,7 @@ if owner ~= username then
 end
 if not record[5] and ARGV[17] ~= '' and record[9] and tonumber(record[9]) <= tonumber(ARGV[17]) then
     forget(digest)
-    return {'unknown', ''}
+    return {'idle', ''}
 end
 family = family or digest
 generation = tonumber(generation or '0')

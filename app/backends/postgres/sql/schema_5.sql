@@ -1,0 +1,2 @@
+-- Version 5: no change to the tables. Its functions.sql tells an idle session apart
+-- (token_store_rotate's outcome 'idle'), keeping version 4's signature for its hosts.
