@@ -124,6 +124,8 @@ class Rotation:
     outcome: Outcome
     #: The start of the family's digest (its first token's), for logs; "" if unknown.
     family: str = ""
+    #: The token's owner when rotated, retried, reused or idle; "" otherwise.
+    owner: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -461,8 +463,9 @@ class RefreshTokenStore(ABC):
         is left for its next use to remove."""
 
     @abstractmethod
-    def rotate(self, token: str, successor: str, username: str) -> Rotation:
-        """Retire ``token`` of ``username`` and record ``successor`` in its family, atomically.
+    def rotate(self, token: str, successor: str, username: str | None) -> Rotation:
+        """Retire ``token`` of ``username`` (None: of whoever owns it, the OAuth refresh
+        grant's case, which names no user) and record ``successor`` in its family, atomically.
 
         ``successor`` is ``successor_of(token)``, so that it carries the family's lineage.
         Of several calls with one token, one rotates it; the others find it retired

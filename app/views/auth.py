@@ -141,9 +141,13 @@ def refresh() -> Response:
     return jsonify(accessToken=access_token_for(username))
 
 
-def rotated_tokens(refresh_token: str, username: str) -> tuple[str, str]:
+def rotated_tokens(refresh_token: str, username: str | None) -> tuple[str, str]:
     """Return a new access token and the successor that replaces ``refresh_token`` (rotation),
-    whose reuse is caught; 401 for an unknown token, another user's, or a reuse."""
+    whose reuse is caught; 401 for an unknown token, another user's, or a reuse.
+
+    ``username`` None (the OAuth refresh grant, which names no user) takes the token's
+    owner, whoever it is, so that a reuse there ends the family as at ``POST /token``.
+    """
     successor = successor_of(refresh_token)  # it carries the family's lineage
     rotation = get_store().rotate(refresh_token, successor, username) if refresh_token else None
     if rotation is None or rotation.outcome is Outcome.UNKNOWN:
@@ -152,26 +156,31 @@ def rotated_tokens(refresh_token: str, username: str) -> tuple[str, str]:
     if rotation.outcome is Outcome.OTHER_USER:
         note(reason=Reason.ANOTHER_USERS_TOKEN, event=Event.REFRESH_FAILED)
         raise Unauthorized()
+    owner = rotation.owner
     if rotation.outcome is Outcome.IDLE:
-        note_idle_session(username)
+        note_idle_session(owner)
         raise Unauthorized()
     if rotation.outcome is Outcome.REUSED:
-        # the family's owner, as the username matched it; the family's digest, no token
+        # the family's owner; the family's digest, no token
         note(
-            user=username,
+            user=owner,
             reason=Reason.REUSED_REFRESH_TOKEN,
             event=Event.REFRESH_TOKEN_REUSE,
             family=rotation.family,
         )
         raise Unauthorized()
-    if not in_directory(username):
+    if reserved_for_clients(owner):  # recorded before CLIENTS_FILE reserved the name
+        get_store().revoke(successor)
+        note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
+        raise Unauthorized()
+    if not in_directory(owner):
         get_store().revoke(successor)  # the family with it: no user, no session
-        note(user=username, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
+        note(user=owner, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
         raise Unauthorized()
     event = Event.REFRESH_TOKEN_RETRY if rotation.outcome is Outcome.RETRIED else Event.REFRESH
-    note(user=username, event=event, family=rotation.family)
-    get_cutoffs().wait_out(username)
-    return access_token_for(username), successor
+    note(user=owner, event=event, family=rotation.family)
+    get_cutoffs().wait_out(owner)
+    return access_token_for(owner), successor
 
 
 def note_idle_session(owner: str) -> None:

@@ -147,8 +147,16 @@ def password_grant(fields: dict[str, Any]) -> Response:
 
 
 def refresh_token_grant(fields: dict[str, Any]) -> Response:
-    """Refresh as ``POST /token`` does, for the username the refresh token was recorded for."""
+    """Refresh as ``POST /token`` does, for the username the refresh token was recorded for.
+
+    With rotation, the store's rotation finds the owner itself, so that a retired token
+    presented here is caught as a reuse (its family ends) or retried within the grace,
+    exactly as at ``POST /token``.
+    """
     refresh_token = string_field(fields, "refresh_token")
+    if current_settings().refresh_token_rotation:
+        access_token, successor = rotated_tokens(refresh_token, None)
+        return token_answer(access_token, successor)
     owner = get_store().owner_of(refresh_token) if refresh_token else None
     if isinstance(owner, IdleSession):
         note_idle_session(owner.owner)
@@ -156,9 +164,6 @@ def refresh_token_grant(fields: dict[str, Any]) -> Response:
     if owner is None or reserved_for_clients(owner):
         note(reason=Reason.UNKNOWN_REFRESH_TOKEN, event=Event.REFRESH_FAILED)
         raise invalid_grant("the refresh token is unknown")
-    if current_settings().refresh_token_rotation:
-        access_token, successor = rotated_tokens(refresh_token, owner)
-        return token_answer(access_token, successor)
     if not in_directory(owner):
         note(user=owner, reason=Reason.USER_NOT_IN_DIRECTORY, event=Event.REFRESH_FAILED)
         raise invalid_grant("the refresh token is unknown")

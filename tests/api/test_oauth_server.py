@@ -357,6 +357,48 @@ def test_refresh_token_grant_rotates_with_rotation(make_app, clients_file, secre
     assert_oauth_error(reused, 400, "invalid_grant")
 
 
+def test_a_reuse_at_the_refresh_grant_ends_the_family_as_post_token_does(
+    make_app, clients_file, capfd
+):
+    oauth = make_app(CLIENTS_FILE=str(clients_file), REFRESH_TOKEN_ROTATION="true").test_client()
+    first = login(oauth)["refreshToken"]
+    grant = {"grant_type": "refresh_token", "refresh_token": first}
+    successor = oauth.post(TOKEN, data=grant).get_json()["refresh_token"]
+    capfd.readouterr()
+    assert_oauth_error(oauth.post(TOKEN, data=grant), 400, "invalid_grant")  # the thief's, or ours
+    (line,) = [json.loads(line) for line in capfd.readouterr().out.splitlines()]
+    assert (line["event"], line["user"], line["reason"]) == (
+        "refresh_token_reuse",
+        "alice",
+        "reused_refresh_token",
+    )
+    for presented in (successor, first):  # the whole family is over, at both paths
+        again = {"grant_type": "refresh_token", "refresh_token": presented}
+        assert_oauth_error(oauth.post(TOKEN, data=again), 400, "invalid_grant")
+        body = {"username": "alice", "refreshToken": presented}
+        assert_unauthorized(oauth.post("/token", json=body))
+
+
+def test_a_retry_within_the_grace_at_the_refresh_grant_replaces_the_unused_successor(
+    make_app, clients_file
+):
+    oauth = make_app(
+        CLIENTS_FILE=str(clients_file),
+        REFRESH_TOKEN_ROTATION="true",
+        REFRESH_TOKEN_REUSE_GRACE="30",
+    ).test_client()
+    first = login(oauth)["refreshToken"]
+    grant = {"grant_type": "refresh_token", "refresh_token": first}
+    lost = oauth.post(TOKEN, data=grant).get_json()["refresh_token"]
+    retried = oauth.post(TOKEN, data=grant)  # the answer was lost: the client tries again
+    assert retried.status_code == 200
+    kept = retried.get_json()["refresh_token"]
+    assert kept != lost
+    again = oauth.post(TOKEN, data={"grant_type": "refresh_token", "refresh_token": kept})
+    assert again.status_code == 200
+    assert oauth.post("/token", json={"username": "alice", "refreshToken": lost}).status_code == 401
+
+
 def test_password_grant_checks_the_user_directory(make_app, clients_file, tmp_path):
     app = make_app(CLIENTS_FILE=str(clients_file), USERS_FILE=str(tmp_path / "users.json"))
     app.test_cli_runner().invoke(args=["users", "add", "alice"], input="password1\n")

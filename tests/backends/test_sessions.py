@@ -233,7 +233,8 @@ def test_idle_sessions_are_refused_and_removed(make_store, clock):
     assert len(all_sessions(store, "alice")) == 1
     assert store.owner_of(idle) == IdleSession("alice")  # ended now: the caller logs it
     assert store.owner_of(idle) is None  # and then unknown
-    assert store.rotate(rotating, successor_of(rotating), "alice").outcome is Outcome.IDLE
+    idle_end = store.rotate(rotating, successor_of(rotating), None)
+    assert (idle_end.outcome, idle_end.owner) == (Outcome.IDLE, "alice")
     assert store.rotate(rotating, successor_of(rotating), "alice").outcome is Outcome.UNKNOWN
     assert store.count() == 1  # both removed
     assert store.owner_of(kept) == "alice"

@@ -340,6 +340,41 @@ def test_rotation_of_an_unknown_token_or_another_users_changes_nothing(make_stor
     assert store.count() == 1
 
 
+def test_rotation_for_whoever_owns_the_token_names_the_owner(make_store):
+    # the OAuth refresh grant names no user: None takes the token's owner
+    store = make_store(reuse_grace=10)
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    second = successor_of(first)
+    rotation = store.rotate(first, second, None)
+    assert (rotation.outcome, rotation.owner) == (Outcome.ROTATED, "alice")
+    assert store.owner_of(second) == "alice"
+    retry = store.rotate(first, successor_of(first), None)  # within the grace
+    assert (retry.outcome, retry.owner) == (Outcome.RETRIED, "alice")
+    assert store.rotate(new_refresh_token(), new_refresh_token(), None).owner == ""
+    stolen = new_refresh_token()
+    store.issue(stolen, "bob")
+    thiefs_flush(store, stolen, "bob")
+    reuse = store.rotate(stolen, successor_of(stolen), None)  # known by its lineage only
+    assert (reuse.outcome, reuse.owner) == (Outcome.REUSED, "bob")
+    assert store.rotate(stolen, new_refresh_token(), None).outcome is Outcome.UNKNOWN
+
+
+def test_a_reuse_for_whoever_owns_the_token_ends_the_family(make_store):
+    store = make_store()
+    first = new_refresh_token()
+    store.issue(first, "alice")
+    second = rotated(store, first)
+    reuse = store.rotate(first, new_refresh_token(), None)
+    assert (reuse.outcome, reuse.owner, reuse.family) == (
+        Outcome.REUSED,
+        "alice",
+        digest_prefix(first),
+    )
+    assert store.owner_of(second) is None
+    assert store.count() == 0
+
+
 @pytest.mark.parametrize(("generations", "reused"), [(1, 0), (2, 0), (2, 1), (5, 0), (5, 4)])
 def test_reusing_any_retired_token_revokes_its_whole_family(make_store, generations, reused):
     store = make_store()

@@ -207,10 +207,10 @@ class PostgresTokenStore(RefreshTokenStore):
             return None
         return LiveToken(str(row[0]), int(row[1]), row[2])
 
-    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+    def rotate(self, token: str, successor: str, username: str | None) -> Rotation:
         policy, now = self.policy, self.clock()
         row = self._fetch_one(
-            "SELECT outcome, family_digest FROM token_store_rotate"
+            "SELECT outcome, family_digest, owner FROM token_store_rotate"
             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 token_digest(token), token_digest(successor), username, now,
@@ -220,7 +220,7 @@ class PostgresTokenStore(RefreshTokenStore):
             ),
         )  # fmt: skip
         assert row is not None  # a function's one row
-        return Rotation(Outcome(row[0]), str(row[1])[:DIGEST_PREFIX_LENGTH])
+        return Rotation(Outcome(row[0]), str(row[1])[:DIGEST_PREFIX_LENGTH], str(row[2]))
 
     def revoke(self, token: str) -> Revocation:
         row = self._fetch_one(

@@ -216,18 +216,18 @@ class RedisTokenStore(RefreshTokenStore):
             return None
         return LiveToken(owner, int(issued_at), expiry)
 
-    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+    def rotate(self, token: str, successor: str, username: str | None) -> Rotation:
         now, policy = self.clock(), self.policy
         idle_since = policy.idle_since(now)
         with self._answering():
-            outcome, family = self._call(
+            outcome, family, owner = self._call(
                 self._rotate, [],
-                token_digest(token), token_digest(successor), username, repr(now), int(now),
+                token_digest(token), token_digest(successor), username or "", repr(now), int(now),
                 policy.lifetime or "", repr(policy.reuse_grace), RETIRED_GENERATIONS_KEPT,
                 PURGE_BATCH, _microseconds(now), lineage_digest(token) or "", new_session_id(),
                 "" if idle_since is None else idle_since, to_the_minute(now),
             )  # fmt: skip
-        return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH])
+        return Rotation(Outcome(outcome), family[:DIGEST_PREFIX_LENGTH], owner)
 
     def revoke(self, token: str) -> Revocation:
         with self._answering():

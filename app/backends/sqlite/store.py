@@ -183,7 +183,7 @@ class SQLiteTokenStore(RefreshTokenStore):
             return None
         return LiveToken(str(row[0]), int(row[1]), row[2])
 
-    def rotate(self, token: str, successor: str, username: str) -> Rotation:
+    def rotate(self, token: str, successor: str, username: str | None) -> Rotation:
         policy, digest = self.policy, token_digest(token)
         # durable: a retired token or a family revoked on reuse must stay so
         with self._connection(durable=True) as connection, transaction(connection):
@@ -201,7 +201,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                 return Rotation(Outcome.UNKNOWN)
             owner, family, generation, expires_at, retired_at, lineage = row[:6]
             session, logged_in_at, last_used_at, address, user_agent = row[6:]
-            if not hmac.compare_digest(owner.encode(), username.encode()):
+            if not _owned_by(owner, username):
                 return Rotation(Outcome.OTHER_USER)
             idle_since = policy.idle_since(now)
             if (
@@ -211,7 +211,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                 and last_used_at <= idle_since
             ):
                 forget_live(connection, digest, family)
-                return Rotation(Outcome.IDLE)
+                return Rotation(Outcome.IDLE, owner=owner)
             family, generation = family or digest, generation or 0
             shown = family[:DIGEST_PREFIX_LENGTH]
             if retired_at is None:
@@ -234,7 +234,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                     ).fetchone()
                 if unused is None:
                     connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
-                    return Rotation(Outcome.REUSED, shown)
+                    return Rotation(Outcome.REUSED, shown, owner)
                 outcome = Outcome.RETRIED
                 # retired, not forgotten: whoever presents it later revokes the family
                 connection.execute(
@@ -262,7 +262,7 @@ class SQLiteTokenStore(RefreshTokenStore):
                 "DELETE FROM refresh_tokens WHERE family = ? AND generation < ?",
                 (family, generation + 1 - RETIRED_GENERATIONS_KEPT),
             )
-        return Rotation(outcome, shown)
+        return Rotation(outcome, shown, owner)
 
     def revoke(self, token: str) -> Revocation:
         now = self.clock()
@@ -573,11 +573,17 @@ def _cutoff_of(connection: sqlite3.Connection, username: str) -> int | None:
     return None if row is None else int(row[0])
 
 
+def _owned_by(owner: str, username: str | None) -> bool:
+    """Return whether a token of ``owner`` may be rotated for ``username`` (None: anyone's)."""
+    return username is None or hmac.compare_digest(owner.encode(), username.encode())
+
+
 def _reuse_by_lineage(
-    connection: sqlite3.Connection, token: str, username: str, now: float
+    connection: sqlite3.Connection, token: str, username: str | None, now: float
 ) -> Rotation:
     """Answer a token whose digest is unknown: reuse, if its lineage names a live family
-    of ``username`` (a token the family forgot), which is then revoked; else unknown."""
+    of ``username`` (None: anyone's; a token the family forgot), which is then revoked;
+    else unknown."""
     lineage = lineage_digest(token)
     if lineage is None:
         return Rotation(Outcome.UNKNOWN)
@@ -585,10 +591,10 @@ def _reuse_by_lineage(
     if row is None:
         return Rotation(Outcome.UNKNOWN)
     owner, family = row
-    if not hmac.compare_digest(owner.encode(), username.encode()):
+    if not _owned_by(owner, username):
         return Rotation(Outcome.OTHER_USER)
     connection.execute("DELETE FROM refresh_tokens WHERE family = ?", (family,))
-    return Rotation(Outcome.REUSED, family[:DIGEST_PREFIX_LENGTH])
+    return Rotation(Outcome.REUSED, family[:DIGEST_PREFIX_LENGTH], owner)
 
 
 def _live_family_of(

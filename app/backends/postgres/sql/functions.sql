@@ -136,7 +136,8 @@ END $$;
 
 -- Rotate p_digest into p_successor (RefreshTokenStore.rotate): outcome is rotated,
 -- retried, reused, unknown, other_user or p_idle_outcome; family_digest the family's
--- first digest. p_lineage: the digest of the token's lineage (NULL for none); a token
+-- first digest; owner the token's, when rotated, retried, reused or idle. p_username NULL takes
+-- the token's owner, whoever (the OAuth refresh grant names no user). p_lineage: the digest of the token's lineage (NULL for none); a token
 -- whose digest is unknown but whose lineage names a live family is one the family
 -- forgot: reuse. p_idle_since: a live token of a session last used then or before is
 -- idle, and its family is forgotten (outcome p_idle_outcome, 'idle'); NULL: no idle
@@ -145,7 +146,7 @@ CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
     p_numbered boolean, p_lineage text, p_idle_since bigint, p_idle_outcome text,
-    OUT outcome text, OUT family_digest text)
+    OUT outcome text, OUT family_digest text, OUT owner text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := floor(p_now);
@@ -158,6 +159,7 @@ DECLARE
 BEGIN
     outcome := 'unknown';
     family_digest := '';
+    owner := '';
     IF p_lifetime IS NOT NULL THEN
         PERFORM token_store_purge(p_now, p_batch);
     END IF;
@@ -167,7 +169,7 @@ BEGIN
             WHERE lineage = p_lineage AND (expires_at IS NULL OR expires_at > v_now) LIMIT 1;
         IF NOT FOUND THEN
             RETURN;
-        ELSIF v_owner <> p_username THEN
+        ELSIF v_owner <> coalesce(p_username, v_owner) THEN
             outcome := 'other_user';
             RETURN;
         END IF;
@@ -176,6 +178,7 @@ BEGIN
         IF FOUND THEN  -- else another call ended the family meanwhile
             outcome := 'reused';
             family_digest := v_family;
+            owner := v_owner;
         END IF;
         RETURN;
     END IF;
@@ -184,18 +187,20 @@ BEGIN
     IF NOT FOUND OR v_now >= v_token.expires_at THEN
         RETURN;
     END IF;
-    IF v_token.username <> p_username THEN
+    IF v_token.username <> coalesce(p_username, v_token.username) THEN
         outcome := 'other_user';
         RETURN;
     END IF;
     IF v_token.retired_at IS NULL AND v_token.last_used_at <= p_idle_since THEN
         PERFORM token_store_forget_live(v_token.digest, v_token.family);
         outcome := p_idle_outcome;
+        owner := v_token.username;
         RETURN;
     END IF;
     v_family := coalesce(v_token.family, v_token.digest);
     v_generation := coalesce(v_token.generation, 0);
     family_digest := v_family;
+    owner := v_token.username;
     IF v_token.retired_at IS NULL THEN
         outcome := 'rotated';
         -- the lineage goes with the live token: one row per family carries it
@@ -339,9 +344,9 @@ CREATE OR REPLACE FUNCTION token_store_rotate(
     p_numbered boolean, p_lineage text, p_idle_since bigint,
     OUT outcome text, OUT family_digest text)
 LANGUAGE sql AS $$
-    SELECT * FROM token_store_rotate(p_digest, p_successor, p_username, p_now, p_lifetime,
-                                     p_grace, p_kept, p_batch, p_numbered, p_lineage,
-                                     p_idle_since, 'unknown')
+    SELECT r.outcome, r.family_digest
+    FROM token_store_rotate(p_digest, p_successor, p_username, p_now, p_lifetime, p_grace,
+                            p_kept, p_batch, p_numbered, p_lineage, p_idle_since, 'unknown') AS r
 $$;
 
 CREATE OR REPLACE FUNCTION token_store_issue(

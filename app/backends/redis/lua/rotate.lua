@@ -2,8 +2,9 @@
 -- none), grace, generations kept, purge batch, now in microseconds, the digest of the
 -- token's lineage ('' for none), a new session id (for a token from before sessions),
 -- the last use at or before which a session is idle ('' for no idle timeout), now to the
--- minute. Returns {outcome, family}. The successor carries the token's session, used now;
--- an idle session is forgotten (outcome idle).
+-- minute. Username '' takes the token's owner, whoever. Returns {outcome, family, owner}
+-- (owner '' for unknown and other_user). The successor carries the token's session,
+-- used now; an idle session is forgotten (outcome idle).
 local digest, successor, username = ARGV[5], ARGV[6], ARGV[7]
 local now, issued_at, lifetime = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 if lifetime ~= '' then
@@ -18,22 +19,23 @@ if not owner then
     -- a token the family forgot, known by its lineage: reuse
     family, owner = family_of_lineage(ARGV[15], now)
     if not family then
-        return {'unknown', ''}
-    elseif owner ~= username then
-        return {'other_user', ''}
+        return {'unknown', '', ''}
+    elseif username ~= '' and owner ~= username then
+        return {'other_user', '', ''}
     end
-    forget_family(family, username)
-    return {'reused', family}
+    forget_family(family, owner)
+    return {'reused', family, owner}
 end
 if expires_at and now >= tonumber(expires_at) then
-    return {'unknown', ''}
+    return {'unknown', '', ''}
 end
-if owner ~= username then
-    return {'other_user', ''}
+if username ~= '' and owner ~= username then
+    return {'other_user', '', ''}
 end
+username = owner
 if not record[5] and ARGV[17] ~= '' and record[9] and tonumber(record[9]) <= tonumber(ARGV[17]) then
     forget(digest)
-    return {'idle', ''}
+    return {'idle', '', owner}
 end
 family = family or digest
 generation = tonumber(generation or '0')
@@ -64,7 +66,7 @@ if record[5] then
     end
     if not unused then
         forget_family(family, username)
-        return {'reused', family}
+        return {'reused', family, username}
     end
     outcome = 'retried'
     retire(unused)  -- retired, not forgotten: whoever presents it later revokes the family
@@ -110,4 +112,4 @@ for _, member in ipairs(redis.call('ZRANGEBYSCORE', family_key, '-inf', cutoff))
     unindex(member, username)
 end
 redis.call('ZREMRANGEBYSCORE', family_key, '-inf', cutoff)
-return {outcome, family}
+return {outcome, family, username}
