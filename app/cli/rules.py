@@ -27,8 +27,9 @@ rules = AppGroup("rules", help="Try the gateway's access rules (ACCESS_RULES_FIL
 @click.option("--role", type=click.Choice(ROLES), help="The caller's role.")
 @click.option("--token", help="The caller's access token, verified as the check does.")
 def check_command(method: str, url: str, role: str | None, token: str | None) -> None:
-    """Print the rule that judges METHOD URL (a full URL, or a path for any host) and the
-    verdict for a caller of --role or of --token (neither: no token)."""
+    """Print the rule that judges METHOD URL (a full URL, or a path alone, which names no
+    host: a rule with hosts then denies it, as the check does) and the verdict for a
+    caller of --role or of --token (neither: no token)."""
     access = get_access_rules()
     if access is None:
         raise click.ClickException("ACCESS_RULES_FILE is not set: the check judges by ?role=")
@@ -45,12 +46,13 @@ def check_command(method: str, url: str, role: str | None, token: str | None) ->
 
 
 def _host_and_target(url: str) -> tuple[str | None, str]:
-    """Return a URL's host (None for a path alone) and its target as sent: path and query."""
+    """Return a URL's host (None for a path alone) and its target as a client sends it:
+    the path (``/`` for none) and the query, never the fragment, still encoded."""
+    if not url.lower().startswith(("http://", "https://")):  # a path: //a/b is one too
+        return None, url.partition("#")[0]
     parts = urlsplit(url)
-    if not parts.netloc:
-        return None, url
-    target = url.split("://", 1)[-1][len(parts.netloc) :]
-    return parts.netloc.rpartition("@")[2], target or "/"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.netloc.rpartition("@")[2] or None, target
 
 
 def _token_role(token: str) -> str | None:

@@ -199,8 +199,16 @@ def query_methods(uri: str) -> tuple[str, ...]:
     return tuple(
         value.strip().upper()
         for key, value in pairs
-        if key.strip().lower() == "_method" and value.strip()
+        if parameter_name(key) == "_method" and value.strip()
     )
+
+
+def parameter_name(key: str) -> str:
+    """Return a query parameter's name as the laxest framework reads it: stripped and
+    lower-cased, and as PHP reads it, whose ``.``, space and first ``[`` become ``_``
+    (so ``.method`` and ``[method`` are Laravel's ``_method``)."""
+    name = key.strip().lower()
+    return name.replace(".", "_").replace(" ", "_").replace("[", "_", 1)
 
 
 def host_name(host: str) -> str | None:

@@ -37,6 +37,9 @@ REGEX_PREFIX = "re:"
 METHOD = re.compile(r"[A-Z!#$%&'*+.^_`|~0-9-]+")
 #: An upper-case letter of a path pattern that is no escape's (``\S``, ``\W``...).
 UPPER_CASE_LETTER = re.compile(r"(?<!\\)[A-Z]")
+#: A pattern of one branch anchored at the start to a literal character other than /,
+#: which no path read begins with: ``^admin`` can never match.
+ANCHORED_AWAY_FROM_ROOT = re.compile(r"\^[^/\\(\[.^$|?*+{][^|]*\Z")
 #: Distinct original requests whose judgment each process keeps (a few hundred bytes each).
 JUDGMENTS_CACHED = 4096
 #: A larger file is refused: no rules file needs so much.
@@ -199,6 +202,8 @@ def parse_rules(data: bytes, path: str = SETTING) -> AccessRules:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         reason = " ".join(str(error).split())
         raise RulesFileError(f"{SETTING} {path}: not TOML ({reason})") from None
+    except RecursionError:  # arrays nested thousands deep
+        raise RulesFileError(f"{SETTING} {path}: not TOML (nested too deep)") from None
     unknown = sorted(set(document) - {"rules"})
     if unknown:
         raise RulesFileError(f"{SETTING}: unknown key {unknown[0]!r} (only [[rules]])")
@@ -286,6 +291,8 @@ def _prefix(where: str, prefix: str) -> str:
     problem = None
     if not prefix.startswith("/"):
         problem = "must start with /"
+    elif "*" in prefix:
+        problem = "is no pattern (a * matches only a *; for a pattern, use re:)"
     elif prefix != prefix.lower():
         problem = "must be lower case (paths are compared lowercased too)"
     elif path_readings(prefix) != frozenset((prefix,)):
@@ -298,8 +305,14 @@ def _prefix(where: str, prefix: str) -> str:
 def _pattern(where: str, expression: str) -> re.Pattern[str]:
     try:
         pattern = re.compile(expression)
-    except re.error as error:
-        raise RulesFileError(f"{where}: bad pattern {expression!r}: {error}") from None
+    except (re.error, OverflowError, RecursionError) as error:
+        # OverflowError: a repeat count past the engine's; RecursionError: nesting too deep
+        reason = error if isinstance(error, re.error) else type(error).__name__
+        raise RulesFileError(f"{where}: bad pattern {expression!r}: {reason}") from None
+    if ANCHORED_AWAY_FROM_ROOT.match(expression):
+        raise RulesFileError(
+            f"{where}: bad pattern {expression!r}: never matches (a path starts with /)"
+        )
     if UPPER_CASE_LETTER.search(expression):
         # an upper-case letter never matches the lower-cased readings, where an upstream
         # that takes paths case-insensitively would find the path the rule means

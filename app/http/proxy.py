@@ -30,6 +30,9 @@ ADDRESSES_CACHED = 4096
 #: Set (to True) in the environ of a request whose peer is a trusted proxy: the gateway
 #: believes the original request's method, host and URI from it only.
 TRUSTED_PEER_KEY = "token_service.trusted_peer"
+#: The environ key of the Host header as the trusted proxy sent it, before X-Forwarded-Host
+#: replaced it: Envoy names the original request's host there, and routes by it.
+SENT_HOST_KEY = "token_service.sent_host"
 #: The schemes X-Forwarded-Proto may set.
 SCHEMES = frozenset({"http", "https"})
 
@@ -112,6 +115,7 @@ class TrustedProxies:
         proto = environ.get("HTTP_X_FORWARDED_PROTO")
         if proto and (scheme := last_value(proto).lower()) in SCHEMES:
             environ["wsgi.url_scheme"] = scheme
+        environ[SENT_HOST_KEY] = environ.get("HTTP_HOST")
         host = environ.get("HTTP_X_FORWARDED_HOST")
         if host and (host := last_value(host)):
             environ["HTTP_HOST"] = environ["SERVER_NAME"] = host

@@ -33,7 +33,7 @@ from app.gateway.paths import query_methods
 from app.gateway.rules import AccessRules, Judgment, Verdict
 from app.http.errors import forbidden_response, render_http_error, unauthenticated_response
 from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
-from app.http.proxy import TRUSTED_PEER_KEY
+from app.http.proxy import SENT_HOST_KEY, TRUSTED_PEER_KEY
 from app.http.request_log import note
 from app.oidc.cross_site import is_cross_site
 
@@ -194,7 +194,8 @@ def _judged(
             named = (environ[key] for key in method_keys if key in environ)
             methods = _spellings(*named, overrides=overrides)
             uris = _targets(*(_text(environ[key]) for key in uri_keys if key in environ)) or None
-        host = environ.get("HTTP_HOST")
+        # Envoy routes by the Host it sends (its :authority), whatever X-Forwarded-Host says
+        host = environ.get(SENT_HOST_KEY) if envoy else environ.get("HTTP_HOST")
     judgment = _strictest(rules, methods or None, host, uris)
     if trusted and judgment.unknown in {"the method", "the path"}:
         return _bad_request(

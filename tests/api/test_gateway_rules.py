@@ -409,6 +409,14 @@ def test_envoy_reads_the_path_of_a_prefix_spelled_otherwise_too(gate, tokens):
     assert response.status_code == 200
 
 
+def test_envoy_is_judged_by_the_host_it_routes_by_never_x_forwarded_host(gate, tokens):
+    # the rule for DELETE on *.example.com holds for the Host Envoy sends and routes by
+    answer = envoy(gate, "DELETE", "/app/items", tokens["user"], X_Forwarded_Host="other.org")
+    assert answer.status_code == 403
+    answer = envoy(gate, "DELETE", "/app/items", tokens["user"], host="other.org")
+    assert answer.status_code == 200
+
+
 def test_without_a_rules_file_envoy_passes_any_authenticated_user(client):
     token = login(client)["accessToken"]
     assert client.post("/auth/ext-authz/admin/x", headers=bearer(token)).status_code == 200

@@ -67,6 +67,21 @@ def run(app, *arguments):
             " (needs the host, which the request does not name: denied)",
             "verdict: 403 (denied)",
         ),
+        (  # a URL as a client sends it: no fragment, / for an empty path, the query kept
+            ["GET", "https://b.example.com?x=1#/admin/", "--role", "user"],
+            "rules[4]:",
+            "verdict: 200 (user",
+        ),
+        (
+            ["GET", "https://app.example.com/admin#x", "--role", "user"],
+            "rules[2]:",
+            "verdict: 403 (admin only",
+        ),
+        (  # a path that begins with //, as a proxy names it: no host, /admin/x a reading
+            ["GET", "//app.example.com/admin/x", "--role", "user"],
+            "rules[2]:",
+            "verdict: 403 (denied)",
+        ),
     ],
 )
 def test_check_prints_the_rule_and_the_verdict(rules_app, arguments, rule, verdict):

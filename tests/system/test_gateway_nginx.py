@@ -347,6 +347,19 @@ def test_identity_header_names_nginx_would_not_parse_never_reach_the_upstream(ga
             assert headers_of(json.loads(body), "X-Auth-Request-User") == ["mike"], name
 
 
+def test_the_upstream_routes_by_the_path_and_host_judged_never_the_clients_names(gateway):
+    token = bearer(gateway.login("nora"))
+    routing = {
+        "X-Original-URL": "/admin/panel",
+        "X-Rewrite-URL": "/admin/panel",
+        "X-Forwarded-Host": "admin.example.com",
+    }
+    received = passed(gateway, "/routed-elsewhere", {**routing, **token})
+    assert headers_of(received, "X-Original-URL") == []
+    assert headers_of(received, "X-Rewrite-URL") == []
+    assert headers_of(received, "X-Forwarded-Host") == ["127.0.0.1"]  # nginx's $host
+
+
 def get_with_repeated_headers(url: str, path: str, headers: list[tuple[str, str]]):
     """Send a GET of ``path`` with ``headers`` as listed, a name twice if listed twice."""
     connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)

@@ -264,6 +264,13 @@ def test_identity_headers_a_client_writes_never_reach_the_upstream(gateway):
     assert_refused(gateway, path, get(gateway.url + path, forged_admin), SERVICE_403)
 
 
+def test_the_upstream_never_gets_the_clients_forwarded_host(gateway):
+    token = bearer(gateway.service.login("nora"))
+    headers = {**token, "X-Forwarded-Host": "admin.example.com"}
+    received = passed(gateway, "/forwarded-host", headers)
+    assert "admin.example.com" not in json.dumps(received)
+
+
 def test_an_expired_token_is_401(gateway):
     path = "/expired"
     token = gateway.service.mint(exp=int(time.time()) - 1)

@@ -3,12 +3,13 @@ paths judged in every reading an upstream could make, never laxer than the canon
 
 from __future__ import annotations
 
+import json
 import os
 import unicodedata
 from urllib.parse import unquote
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.config.parsers import ConfigError
@@ -321,6 +322,10 @@ def test_a_query_naming_a_method_makes_the_verdict_only_stricter():
         ("/x?+_method+=+put+", ("PUT",)),
         ("/x?_method=&b", ()),
         ("/x?method=DELETE", ()),
+        ("/x?.method=DELETE", ("DELETE",)),  # PHP reads . and [ in a name as _
+        ("/x?[method=DELETE", ("DELETE",)),
+        ("/x?%2Emethod=put", ("PUT",)),
+        ("/x?xmethod=DELETE", ()),
     ],
 )
 def test_query_methods_reads_each_method_parameter(uri, methods):
@@ -414,6 +419,20 @@ def test_each_folding_character_reads_as_its_ascii_letters(character):
             rules_toml('paths = ["re:^/Reports/"]; allow = "admin"'),
             "rules[1]: bad pattern '^/Reports/': must be lower case",
         ),
+        (  # every path read begins with /
+            rules_toml('paths = ["re:^admin"]; allow = "admin"'),
+            "rules[1]: bad pattern '^admin': never matches",
+        ),
+        (  # a prefix is no glob
+            rules_toml('paths = ["/admin/*"]; allow = "admin"'),
+            "rules[1]: bad path '/admin/*': a prefix is no pattern",
+        ),
+        (rules_toml('paths = ["re:x{4294967296}"]; allow = "user"'), "OverflowError"),
+        (
+            rules_toml('paths = ["re:' + "(" * 1200 + "x" + ")" * 1200 + '"]; allow = "user"'),
+            "rules[1]: bad pattern",
+        ),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deep"),
     ],
 )
 def test_a_bad_file_is_refused_in_one_line_naming_the_rule(text, message):
@@ -492,3 +511,21 @@ def test_the_documented_rules_file_reads():
     rules = parse_rules(example.encode())
     judgment = rules.judge(("POST",), "app.example.com", "/x/..;/admin/panel")
     assert judgment.verdict is Verdict.ADMIN
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pattern=st.text(alphabet="^$()[]{}|?*+.\\/ax0-9,", max_size=40),
+    prefix=st.text(max_size=20),
+)
+def test_any_path_in_a_file_loads_or_is_refused_in_one_line(pattern, prefix):
+    # never another exception: at start it is the one line, on a reload the old rules stay
+    text = rules_toml(
+        f'paths = [{json.dumps("re:" + pattern)}, {json.dumps(prefix)}]; allow = "user"'
+    )
+    message = ""
+    try:
+        parse_rules(text.encode())
+    except RulesFileError as error:
+        message = str(error)
+    assert "\n" not in message
