@@ -132,6 +132,10 @@ class UserDirectory:
         #: The app's clock: its monotonic time spaces the looks at the file.
         self.clock = clock
         self._users: dict[str, str] = {}
+        #: The users of the last file read, which the next reading is compared with: kept
+        #: while the file is missing (``_users`` is empty then), so that a change made
+        #: meanwhile (a file moved away and another put back) still logs its users out.
+        self._compared: dict[str, str] = {}
         self._signature: tuple[int, int, int] | None = None
         self._read_at = 0  # the wall-clock second of the last reading
         self._next_look = 0.0
@@ -220,13 +224,13 @@ class UserDirectory:
         else:
             changed = [
                 name
-                for name, hashed in self._users.items()
+                for name, hashed in self._compared.items()
                 if name not in users
                 or (users[name] != hashed and not self._upgrade_of(hashed, users[name]))
             ]
             if changed and self.on_change is not None:
                 self.on_change(changed, self._change_time(int(status.st_mtime)))
-            self._users = users
+            self._users = self._compared = users
             self._read_at = int(self.clock())
             if self._signature not in {None, (0, 0, 0)}:
                 logger.info("USERS_FILE %s read again: %d users", self.path, len(users))
@@ -269,4 +273,5 @@ class UserDirectory:
         logger.info("USERS_FILE: the password hash of %r upgraded", username)
         with self._lock:
             self._users = {**self._users, username: upgraded}
+            self._compared = {**self._compared, username: upgraded}
         return upgraded

@@ -15,10 +15,14 @@ CLIENT_USERNAME_PREFIX = "client:"
 #: reads. Other format characters and every letter, space and emoji are allowed.
 UNSAFE_USERNAME_RANGES = r"\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 UNSAFE_USERNAME_CHARACTERS = re.compile(f"[{UNSAFE_USERNAME_RANGES}]")
+#: Names a URL path segment cannot carry: every client resolves them as dot segments
+#: (``/admin/users/../sessions`` is ``/admin/sessions``), so no session API could reach them.
+DOT_SEGMENTS = frozenset({".", ".."})
 #: The rule as a JSON Schema pattern (ECMA-262, which Python's re reads alike): none of
-#: those characters, and one at least that is not whitespace.
+#: those characters, one at least that is not whitespace, and no dot segment.
 USERNAME_PATTERN = (
-    f"^[^{UNSAFE_USERNAME_RANGES}]*[^\\s{UNSAFE_USERNAME_RANGES}][^{UNSAFE_USERNAME_RANGES}]*$"
+    f"^(?!\\.\\.?$)[^{UNSAFE_USERNAME_RANGES}]*[^\\s{UNSAFE_USERNAME_RANGES}]"
+    f"[^{UNSAFE_USERNAME_RANGES}]*$"
 )
 #: Why the separators and the bidirectional controls are refused; the rest are controls.
 _UNSAFE_USERNAME_REASONS = (
@@ -55,4 +59,6 @@ def token_username_problem(username: str) -> str | None:
         return "must not contain control characters"
     if username.isspace():
         return "must not be only whitespace"
+    if username in DOT_SEGMENTS:
+        return "must not be . or .. (no URL path can name it)"
     return None

@@ -167,5 +167,11 @@ def end_one(username: str, session_id: str) -> Response:
 
 def end_all(username: str) -> Response:
     """Log ``username`` out everywhere (a security event on the request's line, from
-    ``app.sessions.log_out_everywhere``); answer how many sessions ended."""
+    ``app.sessions.log_out_everywhere``); answer how many sessions ended.
+
+    Any query is a 400: a request meant for one session (``DELETE /sessions?id=...``)
+    must never end them all.
+    """
+    if request.query_string:
+        raise BadRequest("logging out everywhere takes no query")
     return jsonify(ended=log_out_everywhere(username))

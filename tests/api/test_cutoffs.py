@@ -245,6 +245,28 @@ def test_a_password_changed_in_users_file_logs_the_user_out_everywhere(make_app,
     )
 
 
+def test_a_change_made_while_users_file_was_missing_still_logs_the_users_out(make_app, tmp_path):
+    clock = ManualClock()
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"alice": HASHER.hash("old"), "bob": HASHER.hash("bob's")}))
+    app = make_app(clock=clock, USERS_FILE=str(users))
+    client = app.test_client()
+    alice = client.post("/login", json={"username": "alice", "password": "old"}).get_json()
+    bob = client.post("/login", json={"username": "bob", "password": "bob's"}).get_json()
+    clock.advance(2)
+    users.rename(tmp_path / "users.json.bak")  # mv users.json away, then put a new one
+    client.post("/login", json={"username": "alice", "password": "old"})  # a look: none
+    clock.advance(2)
+    users.write_text(json.dumps({"alice": HASHER.hash("new")}))  # a new password, bob gone
+    clock.advance(2)
+    assert client.post("/login", json={"username": "alice", "password": "new"}).status_code == 200
+    for tokens in (alice, bob):
+        access = client.get("/user-accessible", headers=bearer(tokens["accessToken"]))
+        assert access.status_code == 401
+    refresh = {"username": "alice", "refreshToken": alice["refreshToken"]}
+    assert client.post("/token", json=refresh).status_code == 401
+
+
 def test_a_users_file_edited_by_hand_refuses_the_old_tokens_with_no_login_to_read_it(
     make_app, tmp_path
 ):

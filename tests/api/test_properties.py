@@ -275,6 +275,7 @@ def username_allowed(username: str) -> bool:
     return (
         1 <= len(username) <= 256
         and not username.isspace()
+        and username not in {".", ".."}
         and not any(
             unicodedata.category(char) == "Cc" or char in "\u2028\u2029" or char in bidi_controls
             for char in username
@@ -292,6 +293,7 @@ def unlimited_client(make_app):
 @given(
     username=st.text(max_size=260)
     | st.text(alphabet=st.sampled_from(" \t\r\n\x00\x1f\x7f\x85\x9f\xa0\u2003\u2028\u202ea😀"))
+    | st.text(alphabet=".", min_size=1, max_size=3)
 )
 def test_login_is_200_exactly_when_the_username_rule_allows_the_name(
     unlimited_client, signing_key, username

@@ -185,6 +185,23 @@ def test_an_admin_logs_a_user_out_everywhere(client, clock):
     assert again.get_json() == {"ended": 0}
 
 
+@pytest.mark.parametrize("path", ["/sessions", "/admin/users/bob/sessions"])
+@pytest.mark.parametrize("query", ["?id=x", "?limit=1", "?", "?&"])
+def test_a_query_on_logging_out_everywhere_is_400_and_ends_nothing(client, path, query):
+    admin = log_in(client, "admin")["accessToken"]
+    bob = log_in(client, "bob")
+    caller = admin if path.startswith("/admin/") else bob["accessToken"]
+    response = client.delete(path + query, headers=bearer(caller))
+    if query == "?":  # an empty query is none
+        assert response.status_code == 200
+        return
+    assert (response.status_code, response.get_json()) == (
+        400,
+        {"message": "logging out everywhere takes no query"},
+    )
+    assert refreshes(client, "bob", bob) == 200
+
+
 def test_a_username_with_a_slash_or_spaces_is_routed_whole(client):
     admin = log_in(client, "admin")["accessToken"]
     log_in(client, "team/ann smith")
