@@ -258,6 +258,11 @@ def cookie_name(name: str, value: str) -> str:
     return value
 
 
+#: The characters of an http(s) URL with no query or fragment (RFC 3986: unreserved,
+#: percent-encoded, sub-delims, ":", "@", "/", and brackets for an IPv6 host).
+ISSUER_CHARACTERS = re.compile(r"[A-Za-z0-9\-._~%!$&'()*+,;=:@/\[\]]+")
+
+
 def url(name: str, value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
@@ -275,6 +280,14 @@ def issuer(name: str, value: str) -> str:
     parts = urlsplit(value)
     if parts.query or parts.fragment or "?" in value or "#" in value:
         raise ConfigError(f"{name} must be a URL with no query and no fragment, got {value!r}")
+    if parts.username is not None or parts.password is not None:
+        # published in the metadata and in every token: a user or password in it would be
+        raise ConfigError(f"{name} must be a URL with no user or password in it")
+    if not ISSUER_CHARACTERS.fullmatch(value):
+        raise ConfigError(
+            f"{name} must be a URL of RFC 3986's characters (a space or another as"
+            f" %XX), got {value!r}"
+        )
     return value
 
 

@@ -33,6 +33,8 @@ def server_metadata(
             introspection_endpoint_auth_methods_supported=methods,
             revocation_endpoint_auth_methods_supported=[*methods, PUBLIC_CLIENT],
         )
+    else:  # no grant is served: say so, since an absent member means RFC 8414's default
+        document["grant_types_supported"] = []
     # No authorization endpoint: no response type is served (RFC 8414 requires the member).
     document["response_types_supported"] = []
     # Not an RFC 8414 member: what a verifier of the access tokens must accept, and only that.

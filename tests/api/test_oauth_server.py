@@ -127,6 +127,7 @@ def test_metadata_uses_public_url_and_lists_no_endpoint_without_clients(make_app
     document = app.test_client().get(METADATA).get_json()
     assert document == {
         "issuer": ISSUER,
+        "grant_types_supported": [],  # absent, it would mean authorization_code and implicit
         "response_types_supported": [],
         "access_token_signing_alg_values_supported": ["HS256"],
     }

@@ -113,3 +113,26 @@ def test_token_issuer_parses_any_text_or_refuses_it(text):
     assert issuer == text
     assert "?" not in issuer
     assert "#" not in issuer
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("https://user:pw@auth.example.com", "no user or password"),
+        ("https://user@auth.example.com", "no user or password"),
+        ("https://auth.example.com/a b", "RFC 3986's characters"),
+        ("https://auth.example.com/\u00e9", "RFC 3986's characters"),
+        ("https://auth.example.com/a\tb", "RFC 3986's characters"),
+    ],
+)
+def test_token_issuer_refuses_credentials_and_characters_no_url_holds(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse.issuer("TOKEN_ISSUER", text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["https://auth.example.com", "https://auth.example.com/tenant%20one/x", "http://[::1]:8000"],
+)
+def test_token_issuer_takes_urls_as_written(text):
+    assert parse.issuer("TOKEN_ISSUER", text) == text
