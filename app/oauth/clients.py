@@ -169,6 +169,14 @@ class ClientRegistry:
         matches = hmac.compare_digest(secret_digest(secret), stored)
         return client if matches and client is not None else None
 
+    def still_holds(self, client: Client) -> bool:
+        """Return whether the file, read again now, still holds ``client`` as it was (its
+        secret, role and audiences): ``flask clients`` changes the file, then cuts off the
+        client's tokens, so a grant that waited out that cut-off checks the file again."""
+        with self._lock:
+            self._reload()
+            return self._clients.get(client.client_id) == client
+
     def _reload(self) -> None:
         try:
             status = os.stat(self.path)

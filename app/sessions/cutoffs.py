@@ -95,16 +95,19 @@ class CutoffCache:
         self._raise(username, at)
         return ended
 
-    def wait_out(self, username: str, cutoff: int | None = None) -> None:
+    def wait_out(self, username: str, cutoff: int | None = None) -> bool:
         """Before an access token of ``username`` is minted: if the user's cut-off (as read
         with a login's refresh token, ``cutoff``, or as this worker knows it) is the current
-        second, wait for the next one, so that the token is not refused as soon as issued."""
+        second, wait for the next one, so that the token is not refused as soon as issued.
+        Return whether it waited: what was checked before may have changed meanwhile."""
         if cutoff is not None:
             self._raise(username, cutoff)
         known = self.cutoff_of(username)
         now = self.clock()
         if known is not None and int(now) == known:
             self.clock.sleep(known + 1 - now)
+            return True
+        return False
 
     def _raise(self, username: str, cutoff: int) -> None:
         with self._writing:

@@ -123,7 +123,12 @@ def client_credentials(client: Client, fields: dict[str, Any]) -> Response:
             raise OAuthError(
                 "unauthorized_client", "the client's audiences are none of TOKEN_AUDIENCE"
             )
-    get_cutoffs().wait_out(client.username)  # a token is never refused as soon as issued
+    # a token is never refused as soon as issued; a grant that waited out a cut-off made
+    # this second by `flask clients rotate-secret` or `remove` asks the file again, so the
+    # old secret gets no token minted after the cut-off
+    if get_cutoffs().wait_out(client.username) and not registry_holds(client):
+        note(event=Event.LOGIN_FAILED, reason=Reason.BAD_CREDENTIALS)
+        raise invalid_client("the client's secret changed or it was removed")
     access_token = issue_access_token(
         client.username,
         client.role,
@@ -275,6 +280,12 @@ def token_field(fields: dict[str, Any]) -> str:
     if len(token) > MAX_TOKEN_PARAMETER:
         return ""  # no token of this service is that long: unknown, not an error
     return token
+
+
+def registry_holds(client: Client) -> bool:
+    """Return whether CLIENTS_FILE, read again now, still holds ``client`` as it was."""
+    registry = get_client_registry()
+    return registry is not None and registry.still_holds(client)
 
 
 def authenticated_client(presented: tuple[str, str, str] | None) -> Client:

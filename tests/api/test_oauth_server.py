@@ -689,6 +689,20 @@ def test_a_grant_in_the_second_of_a_new_secret_waits_and_its_token_works(
 
 
 @pytest.mark.parametrize("command", ["remove", "rotate-secret"])
+def test_the_old_secret_gets_no_token_in_the_second_of_its_cut_off(
+    make_app, clients_file, secrets, command
+):
+    clock = ManualClock()
+    app = make_app(clock=clock, CLIENTS_FILE=str(clients_file))
+    oauth = app.test_client()
+    client_token(oauth, secrets)  # the file read: the next look is a second away
+    changed = app.test_cli_runner().invoke(args=["clients", command, "svc"])
+    assert changed.exit_code == 0, changed.output
+    answer = oauth.post(TOKEN, data=CREDENTIALS, headers=basic("svc", secrets["svc"]))
+    assert_oauth_error(answer, 401, "invalid_client")
+
+
+@pytest.mark.parametrize("command", ["remove", "rotate-secret"])
 def test_a_removed_client_or_a_new_secret_cuts_off_the_client_s_tokens(
     oauth_app, oauth, secrets, command
 ):
