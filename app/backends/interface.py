@@ -435,7 +435,8 @@ class RefreshTokenStore(ABC):
     @abstractmethod
     def end_session(self, username: str, session_id: str) -> bool:
         """Revoke every token of that session; False when ``username`` has no live session
-        of that id (another user's id is exactly like an unknown one)."""
+        of that id (another user's id is exactly like an unknown one), or an idle one
+        (``policy.idle_timeout``: not listed, and removed all the same)."""
 
     @abstractmethod
     def log_out_everywhere(self, username: str, at: int) -> int:

@@ -241,6 +241,15 @@ def test_a_host_of_version_4_is_told_unknown_for_an_idle_session(store):
         ).fetchone()
     assert row == ("unknown", "")
     assert store.count() == 0  # the idle session ended all the same
+    other = new_refresh_token()
+    store.issue(other, "alice")
+    (session,) = store.sessions_of("alice").sessions
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        ended = connection.execute(
+            "SELECT token_store_end_session('alice', %s, %s)", (session.id, time.time())
+        ).fetchone()
+    assert ended == (True,)  # version 4's signature of the session's end
+    assert store.count() == 0
 
 
 def test_every_function_runs_with_the_stores_schema_as_search_path(database):

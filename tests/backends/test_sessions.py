@@ -243,6 +243,20 @@ def test_idle_sessions_are_refused_and_removed(make_store, clock):
     assert store.owner_of(kept) == IdleSession("alice")
 
 
+def test_an_idle_session_cannot_be_ended_as_a_listed_one_and_is_removed(make_store, clock):
+    store = make_store(idle_timeout=600)
+    idle, kept = new_refresh_token(), new_refresh_token()
+    store.issue(idle, "alice")
+    (gone,) = all_sessions(store, "alice")
+    clock.advance(660)
+    store.issue(kept, "alice")
+    (listed,) = all_sessions(store, "alice")  # the idle one is listed no more
+    assert not store.end_session("alice", gone.id)  # so its id is unknown
+    assert store.count() == 1  # removed all the same
+    assert store.end_session("alice", listed.id)
+    assert store.count() == 0
+
+
 def test_a_session_used_within_the_idle_timeout_is_never_refused(make_store, clock):
     store = make_store(idle_timeout=60)  # the shortest: as long as the last use's minute
     token = new_refresh_token()

@@ -260,9 +260,11 @@ class PostgresTokenStore(RefreshTokenStore):
     def end_session(self, username: str, session_id: str) -> bool:
         if not is_session_id(session_id):
             return False  # no session has that id
+        now = self.clock()
         return bool(
             self._value(
-                "SELECT token_store_end_session(%s, %s, %s)", (username, session_id, self.clock())
+                "SELECT token_store_end_session(%s, %s, %s, %s)",
+                (username, session_id, now, self.policy.idle_since(now)),
             )
         )
 

@@ -275,12 +275,12 @@ class RedisTokenStore(RefreshTokenStore):
     def end_session(self, username: str, session_id: str) -> bool:
         if not is_session_id(session_id):
             return False  # no session has that id
+        now = self.clock()
+        idle_since = self.policy.idle_since(now)
+        idle = "" if idle_since is None else idle_since
+        keys = [USER_KEY_PREFIX + username]
         with self._answering():
-            return bool(
-                self._run(
-                    self._end_session, [USER_KEY_PREFIX + username], session_id, repr(self.clock())
-                )
-            )
+            return bool(self._run(self._end_session, keys, session_id, repr(now), idle))
 
     def log_out_everywhere(self, username: str, at: int) -> int:
         with self._answering():

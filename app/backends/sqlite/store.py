@@ -345,15 +345,16 @@ class SQLiteTokenStore(RefreshTokenStore):
         now = self.clock()
         with self._connection(durable=True) as connection, transaction(connection):
             row = connection.execute(
-                "SELECT digest, family FROM refresh_tokens INDEXED BY refresh_tokens_by_session"
+                "SELECT digest, family, last_used_at FROM refresh_tokens"
+                " INDEXED BY refresh_tokens_by_session"
                 " WHERE username = ? AND retired_at IS NULL AND session = ?"
                 " AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
                 (username, session_id, now),
             ).fetchone()
             if row is None:
                 return False
-            forget_live(connection, *row)
-        return True
+            forget_live(connection, row[0], row[1])
+        return not self.policy.is_idle(row[2], now)  # an idle one was over, and unlisted
 
     def log_out_everywhere(self, username: str, at: int) -> int:
         now = self.clock()

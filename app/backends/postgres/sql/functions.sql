@@ -86,21 +86,23 @@ RETURNS text LANGUAGE sql AS $$
 $$;
 
 -- End p_username's live session p_session: forget its family; whether it was found.
+-- p_idle_since: a session last used then or before is idle: forgotten too, and false (it
+-- was over, and unlisted); NULL: no idle timeout.
 CREATE OR REPLACE FUNCTION token_store_end_session(
-    p_username text, p_session text, p_now double precision)
+    p_username text, p_session text, p_now double precision, p_idle_since bigint)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_token record;
 BEGIN
     PERFORM token_store_lock_user(p_username);
-    SELECT digest, family INTO v_token FROM refresh_tokens
+    SELECT digest, family, last_used_at INTO v_token FROM refresh_tokens
         WHERE username = p_username AND retired_at IS NULL AND session = p_session
         AND (expires_at IS NULL OR expires_at > floor(p_now)::bigint) LIMIT 1;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     PERFORM token_store_forget_live(v_token.digest, v_token.family);
-    RETURN true;
+    RETURN NOT coalesce(v_token.last_used_at <= p_idle_since, false);
 END $$;
 
 -- Log p_username out everywhere as of p_at (RefreshTokenStore.log_out_everywhere): forget
@@ -338,6 +340,12 @@ END $$;
 -- The signatures of versions 2 to 4, for a host still running one while the others
 -- upgrade: each is this version's function, without what it did not know (version 4
 -- knew no outcome 'idle': its idle session is unknown).
+CREATE OR REPLACE FUNCTION token_store_end_session(
+    p_username text, p_session text, p_now double precision)
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT token_store_end_session(p_username, p_session, p_now, NULL::bigint)
+$$;
+
 CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
