@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tomllib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -304,10 +305,13 @@ def _prefix(where: str, prefix: str) -> str:
 
 def _pattern(where: str, expression: str) -> re.Pattern[str]:
     try:
-        pattern = re.compile(expression)
-    except (re.error, OverflowError, RecursionError) as error:
+        with warnings.catch_warnings():
+            # "possible nested set" and the like: a pattern Python will read otherwise
+            warnings.simplefilter("error", FutureWarning)
+            pattern = re.compile(expression)
+    except (re.error, OverflowError, RecursionError, FutureWarning) as error:
         # OverflowError: a repeat count past the engine's; RecursionError: nesting too deep
-        reason = error if isinstance(error, re.error) else type(error).__name__
+        reason = error if isinstance(error, re.error | FutureWarning) else type(error).__name__
         raise RulesFileError(f"{where}: bad pattern {expression!r}: {reason}") from None
     if ANCHORED_AWAY_FROM_ROOT.match(expression):
         raise RulesFileError(

@@ -428,6 +428,7 @@ def test_each_folding_character_reads_as_its_ascii_letters(character):
             "rules[1]: bad path '/admin/*': a prefix is no pattern",
         ),
         (rules_toml('paths = ["re:x{4294967296}"]; allow = "user"'), "OverflowError"),
+        (rules_toml('paths = ["re:[[a]"]; allow = "user"'), "Possible nested set"),
         (
             rules_toml('paths = ["re:' + "(" * 1200 + "x" + ")" * 1200 + '"]; allow = "user"'),
             "rules[1]: bad pattern",
