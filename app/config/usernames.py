@@ -18,10 +18,16 @@ UNSAFE_USERNAME_CHARACTERS = re.compile(f"[{UNSAFE_USERNAME_RANGES}]")
 #: Names a URL path segment cannot carry: every client resolves them as dot segments
 #: (``/admin/users/../sessions`` is ``/admin/sessions``), so no session API could reach them.
 DOT_SEGMENTS = frozenset({".", ".."})
-#: The rule as a JSON Schema pattern (ECMA-262, which Python's re reads alike): none of
-#: those characters, one at least that is not whitespace, and no dot segment.
+#: Whitespace as ECMA-262's ``\s`` reads it, spelled out: Python's ``\s`` lacks U+FEFF and
+#: adds controls (refused anyway), so a validator of the API document and the service
+#: read one class. A name of these alone is no name.
+WHITESPACE_RANGES = r"\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+WHITESPACE = re.compile(f"[{WHITESPACE_RANGES}]*")
+#: The rule as a JSON Schema pattern (ECMA-262, which Python's re reads alike, every class
+#: spelled out): none of those characters, one at least that is not whitespace, and no dot
+#: segment.
 USERNAME_PATTERN = (
-    f"^(?!\\.\\.?$)[^{UNSAFE_USERNAME_RANGES}]*[^\\s{UNSAFE_USERNAME_RANGES}]"
+    f"^(?!\\.\\.?$)[^{UNSAFE_USERNAME_RANGES}]*[^{WHITESPACE_RANGES}{UNSAFE_USERNAME_RANGES}]"
     f"[^{UNSAFE_USERNAME_RANGES}]*$"
 )
 #: Why the separators and the bidirectional controls are refused; the rest are controls.
@@ -57,7 +63,7 @@ def token_username_problem(username: str) -> str | None:
             if found in characters:
                 return reason
         return "must not contain control characters"
-    if username.isspace():
+    if WHITESPACE.fullmatch(username):
         return "must not be only whitespace"
     if username in DOT_SEGMENTS:
         return "must not be . or .. (no URL path can name it)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import subprocess
 import time
 
 import pytest
@@ -25,6 +26,7 @@ from app.auth.tokens import (
 from app.config.usernames import USERNAME_PATTERN, token_username_problem
 from tests.helpers.clock import ManualClock
 from tests.helpers.tokens import header_text, make_token, segment, sign_texts, valid_claims
+from tests.helpers.tools import require_tool, which
 
 pytestmark = pytest.mark.signing_algorithms("HS256", "EdDSA", "ES256")
 
@@ -291,7 +293,33 @@ def test_a_cookie_token_with_padding_is_refused(keys):
 
 
 @settings(max_examples=300)
-@given(st.text(max_size=8) | st.sampled_from([" ", "\u00a0\u3000", "a\u2029", "\u2066x", "x\x85"]))
+@given(
+    st.text(max_size=8)
+    | st.sampled_from(
+        [" ", "\u00a0\u3000", "a\u2029", "\u2066x", "x\x85", "\ufeff", "\ufeffa", ".", "..", "..."]
+    )
+)
 def test_the_api_documents_username_pattern_is_the_login_rule(name):
     allowed = token_username_problem(name) is None
     assert bool(re.fullmatch(USERNAME_PATTERN, name)) == (allowed and name != "")
+
+
+def test_an_ecma_262_engine_reads_the_username_pattern_as_the_login_rule():
+    # JSON Schema patterns are ECMA-262: what a validator of the API document runs
+    node = which("node")
+    require_tool(node is not None, "node", "apt-get install nodejs")
+    names = [" ", "\u00a0", "\u3000", "\ufeff", "\ufeffa", "\u2028", "a\u2066", ".", "..", "..."]
+    names += ["a", "team/ann smith", "\u00e9", "x\x85", "\t", "a b", "\u200b", "\u180e"]
+    script = (
+        "const [pattern, names] = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "console.log(JSON.stringify(names.map((n) => new RegExp(pattern, 'u').test(n))));"
+    )
+    answer = subprocess.run(
+        [node, "-e", script],
+        input=json.dumps([USERNAME_PATTERN, names]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    assert json.loads(answer.stdout) == [token_username_problem(n) is None for n in names]
