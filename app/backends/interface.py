@@ -62,6 +62,16 @@ class TokenRecord:
 
 
 @dataclass(frozen=True)
+class Issued:
+    """The answer of ``RefreshTokenStore.issue``."""
+
+    #: The user's cut-off (``log_out_everywhere``), or None, read in the same step.
+    cutoff: int | None
+    #: How many of the user's sessions ``policy.per_user`` ended to make room.
+    ended: int = 0
+
+
+@dataclass(frozen=True)
 class LiveToken:
     """What introspection tells of a live refresh token: whose, since when, until when."""
 
@@ -414,14 +424,15 @@ class RefreshTokenStore(ABC):
         self.clock = clock
 
     @abstractmethod
-    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> Issued:
         """Record a newly issued refresh token for ``username``, under the policy, as a new
         session of ``client`` (its User-Agent cut to ``USER_AGENT_LENGTH``); return the
         user's cut-off (``log_out_everywhere``), or None, read in the same step, so that a
         login can wait out the cut-off's second before it mints an access token.
 
         With ``policy.per_user``, the user's oldest live tokens (by issue, or last
-        rotation) are forgotten in the same step, so that no more than that many live.
+        rotation) are forgotten in the same step, so that no more than that many live, and
+        how many sessions so ended is returned too (each end is a security event).
         """
 
     @abstractmethod

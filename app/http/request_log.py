@@ -46,7 +46,7 @@ MAX_LOGGED_PATH = 512
 #: Status and body length of a response that never started (the app raised).
 FAILED = "500 INTERNAL SERVER ERROR"
 #: What views may note beside ``user``, in the order a line shows them.
-NOTED_FIELDS = ("reason", "revoked", "event", "family")
+NOTED_FIELDS = ("reason", "revoked", "event", "family", "sessions_ended")
 #: Security events whose line is a WARNING rather than INFO.
 WARNING_EVENTS = frozenset({Event.REFRESH_TOKEN_REUSE})
 
@@ -60,7 +60,8 @@ def note(**fields: str) -> None:
 
     Shown in the line: ``user``, ``reason`` (why it was refused), ``revoked`` (a
     digest prefix), ``event`` (a security event: login, refresh, revoke...) and
-    ``family`` (a refresh token family's digest prefix). Counted only: ``store_error``,
+    ``family`` (a refresh token family's digest prefix), ``sessions_ended`` (how many
+    sessions a login's REFRESH_TOKENS_PER_USER ended). Counted only: ``store_error``,
     ``rate_limit_error``.
     """
     notes = request.environ.get(NOTES_KEY)

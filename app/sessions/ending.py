@@ -45,6 +45,22 @@ def log_out_everywhere(username: str) -> int:
     return ended
 
 
+def record_sessions_ended_by_the_limit(username: str, ended: int) -> None:
+    """Record the ``ended`` sessions REFRESH_TOKENS_PER_USER ended to make room for a login
+    of ``username``: a note on the login's line (``sessions_ended``), and the security
+    event of its own, an ``app`` line, since the login's line holds the login's."""
+    if not ended:
+        return
+    note(sessions_ended=str(ended))
+    logger.info(
+        "%s: %r, %d by REFRESH_TOKENS_PER_USER",
+        Event.SESSION_ENDED,
+        username,
+        ended,
+        extra={"event": Event.SESSION_ENDED, "user": username},
+    )
+
+
 def _record(event: Event, username: str) -> None:
     if has_request_context():
         note(event=event)  # the request's own line: its user is the caller

@@ -40,7 +40,7 @@ from app.http.request_body import missing, optional_string, read_fields, require
 from app.http.request_log import note
 from app.http.responses import bodiless
 from app.limits.login_failures import DEVICE_COOKIE, DEVICE_COOKIE_LIFETIME
-from app.sessions.ending import login_client
+from app.sessions.ending import login_client, record_sessions_ended_by_the_limit
 
 #: The 429 of LOGIN_FAILURE_LIMIT, the same for every username, known or not.
 LOGIN_LIMITED_MESSAGE = "too many failed logins for this username, try again later"
@@ -93,7 +93,7 @@ def record_login(username: str, verified: str | None) -> str:
     without a user directory) was just checked, and return it; 401 if the user changed."""
     refresh_token = new_refresh_token()
     store = get_store()
-    cutoff = store.issue(refresh_token, username, login_client())
+    issued = store.issue(refresh_token, username, login_client())
     users = get_user_directory()
     if users is not None and verified is not None and not users.still_holds(username, verified):
         # `flask users` changed or removed the user after the password was checked, and may
@@ -102,7 +102,8 @@ def record_login(username: str, verified: str | None) -> str:
         note(reason=Reason.BAD_CREDENTIALS, event=Event.LOGIN_FAILED)
         raise Unauthorized()
     note(user=username, event=Event.LOGIN)  # the request log's line is the login's record
-    get_cutoffs().wait_out(username, cutoff)
+    record_sessions_ended_by_the_limit(username, issued.ended)
+    get_cutoffs().wait_out(username, issued.cutoff)
     return refresh_token
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 import pytest
 
 from app.backends.interface import token_digest
@@ -27,6 +30,25 @@ def test_the_login_over_the_per_user_limit_revokes_that_users_oldest(make_app):
     assert_unauthorized(refresh(client, tokens[0]))
     assert [refresh(client, token).status_code for token in tokens[1:]] == [200, 200]
     assert refresh(client, bob, "bob").status_code == 200
+
+
+def test_a_session_the_limit_ends_is_a_security_event_and_a_note_on_the_login(
+    make_app, capfd, caplog
+):
+    _, client, clock = app_on_a_clock(make_app, REFRESH_TOKENS_PER_USER="1")
+    login(client, "alice")
+    clock.advance(1)
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO, logger="app.sessions.ending"):
+        login(client, "alice")
+    (line,) = [json.loads(text) for text in capfd.readouterr().out.splitlines()]
+    assert (line["event"], line["user"], line["sessions_ended"]) == ("login", "alice", "1")
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "session_ended"]
+    assert record.user == "alice"
+    capfd.readouterr()
+    login(client, "bob")  # a login under the limit ends nothing, and says nothing of it
+    (line,) = [json.loads(text) for text in capfd.readouterr().out.splitlines()]
+    assert "sessions_ended" not in line
 
 
 def test_four_same_second_logins_over_a_limit_of_three_revoke_the_first(make_app):

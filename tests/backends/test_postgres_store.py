@@ -250,6 +250,13 @@ def test_a_host_of_version_4_is_told_unknown_for_an_idle_session(store):
         ).fetchone()
     assert ended == (True,)  # version 4's signature of the session's end
     assert store.count() == 0
+    with psycopg.connect(store.url, autocommit=True) as connection:
+        cutoff = connection.execute(
+            "SELECT token_store_issue(%s, 'alice', %s, NULL, 1, 16, 's1', '', '')",
+            (token_digest(new_refresh_token()), time.time()),
+        ).fetchone()
+    assert cutoff == (None,)  # version 4's login: the cut-off alone
+    assert store.count() == 1
 
 
 def test_every_function_runs_with_the_stores_schema_as_search_path(database):
@@ -433,7 +440,7 @@ def test_only_relaxed_logins_commit_without_waiting_for_the_wal(database, durabi
         assert connection.execute("SHOW synchronous_commit").fetchone() == ("on",)
     # and a login reads the user's cut-off in its one statement, whatever its durability
     store.log_out_everywhere("alice", 1_000)
-    assert store.issue(new_refresh_token(), "alice") == 1_000
+    assert store.issue(new_refresh_token(), "alice").cutoff == 1_000
     store.close()
 
 

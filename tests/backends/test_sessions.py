@@ -15,6 +15,7 @@ from app.auth.tokens import new_refresh_token
 from app.backends.interface import (
     USER_AGENT_LENGTH,
     IdleSession,
+    Issued,
     LiveToken,
     LoginClient,
     Outcome,
@@ -71,7 +72,7 @@ def all_sessions(store: RefreshTokenStore, username: str) -> list[Session]:
 def test_a_login_is_a_session_with_its_client(store, clock):
     clock.advance(75)
     client = LoginClient("203.0.113.9", "Mozilla/5.0 " + "x" * 300)
-    assert store.issue(new_refresh_token(), "alice", client) is None
+    assert store.issue(new_refresh_token(), "alice", client) == Issued(None)
     (session,) = all_sessions(store, "alice")
     assert session.username == "alice"
     assert session.logged_in_at == START + 75
@@ -195,8 +196,8 @@ def test_log_out_everywhere_ends_the_sessions_begun_by_then_and_sets_the_cutoff(
     assert store.owner_of(bobs) == "bob"
     assert store.cutoffs(0) == {"alice": int(START) + 10}
     assert store.cutoffs(int(START) + 10) == {}
-    assert store.issue(new_refresh_token(), "alice") == int(START) + 10
-    assert store.issue(new_refresh_token(), "bob") is None
+    assert store.issue(new_refresh_token(), "alice").cutoff == int(START) + 10
+    assert store.issue(new_refresh_token(), "bob").cutoff is None
 
 
 def test_log_out_everywhere_keeps_the_sessions_begun_after(store, clock):

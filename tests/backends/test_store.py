@@ -722,11 +722,13 @@ def test_rotation_keeps_digests_only_never_a_token(make_store):
 def test_the_token_over_the_per_user_limit_revokes_the_oldest(make_store):
     store = make_store(per_user=3)
     tokens = []
+    ended = []
     for _ in range(5):
         tokens.append(new_refresh_token())
-        store.issue(tokens[-1], "alice")
+        ended.append(store.issue(tokens[-1], "alice").ended)
         store.clock.advance(1)
-    store.issue(new_refresh_token(), "bob")
+    assert ended == [0, 0, 0, 1, 1]  # each login over the limit ends the oldest session
+    assert store.issue(new_refresh_token(), "bob").ended == 0
     assert [store.owner_of(token) for token in tokens] == [None, None, "alice", "alice", "alice"]
     assert [record.digest_prefix for record in store.tokens_of("alice")] == [
         digest_prefix(token) for token in tokens[2:]

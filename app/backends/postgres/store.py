@@ -31,6 +31,7 @@ from app.backends.interface import (
     DenyEntry,
     IdleSession,
     Imported,
+    Issued,
     LiveToken,
     LoginClient,
     Outcome,
@@ -102,10 +103,10 @@ INSERT_RELAXED = (
     " SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM set_config('synchronous_commit', 'off', true)"
     " RETURNING (SELECT at FROM cutoffs WHERE username = refresh_tokens.username)"
 )
-ISSUE = "SELECT token_store_issue(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+ISSUE = "SELECT cutoff, ended FROM token_store_login(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 ISSUE_RELAXED = (
-    "SELECT token_store_issue(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " FROM set_config('synchronous_commit', 'off', true)"
+    "SELECT cutoff, ended FROM set_config('synchronous_commit', 'off', true),"
+    " token_store_login(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 #: The columns of a token as ``export`` yields them (``StoredToken``'s fields, in order).
 EXPORTED = (
@@ -167,7 +168,7 @@ class PostgresTokenStore(RefreshTokenStore):
         self.relaxed = durability == "relaxed"
         self.location = client.location
 
-    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> Issued:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), math.floor(now)
         seen = (client or UNKNOWN_CLIENT).kept()
@@ -177,6 +178,7 @@ class PostgresTokenStore(RefreshTokenStore):
                 (digest, username, issued_at, new_session_id(), issued_at,
                  to_the_minute(now), seen.address, seen.user_agent),
             )  # fmt: skip
+            ended = 0  # nothing is evicted without a limit
         else:
             expires_at = issued_at + policy.lifetime if policy.lifetime else None
             row = self._fetch_one(
@@ -184,7 +186,9 @@ class PostgresTokenStore(RefreshTokenStore):
                 (digest, username, now, expires_at, policy.per_user, PURGE_BATCH,
                  new_session_id(), seen.address, seen.user_agent),
             )  # fmt: skip
-        return None if row is None or row[0] is None else int(row[0])
+            ended = 0 if row is None else int(row[1])
+        cutoff = None if row is None or row[0] is None else int(row[0])
+        return Issued(cutoff, ended)
 
     def owner_of(self, token: str) -> str | IdleSession | None:
         digest, now = token_digest(token), self.clock()

@@ -64,6 +64,7 @@ from app.backends.interface import (
     DenyEntry,
     IdleSession,
     Imported,
+    Issued,
     LiveToken,
     LoginClient,
     Outcome,
@@ -161,7 +162,7 @@ class RedisTokenStore(RefreshTokenStore):
             scripts["login"],
         )
 
-    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> Issued:
         now, policy = self.clock(), self.policy
         digest, issued_at = token_digest(token), int(now)
         seen = (client or UNKNOWN_CLIENT).kept()
@@ -170,15 +171,15 @@ class RedisTokenStore(RefreshTokenStore):
             keys = (TOKEN_KEY_PREFIX + digest, USER_KEY_PREFIX + username, DIGESTS_KEY, CUTOFFS_KEY)
             args = (username, issued_at, _microseconds(now), digest, *session)
             with self._answering():  # the Script loads itself where Redis lacks it
-                cutoff = self._login(keys=keys, args=args)
+                cutoff, ended = self._login(keys=keys, args=args), 0
         else:
             expires_at = issued_at + policy.lifetime if policy.lifetime else ""
             with self._answering():
-                cutoff = self._call(
+                cutoff, ended = self._call(
                     self._issue, [CUTOFFS_KEY], digest, username, repr(now), issued_at,
                     expires_at, policy.per_user, PURGE_BATCH, _microseconds(now), *session,
                 )  # fmt: skip
-        return None if cutoff is None else int(float(cutoff))
+        return Issued(int(float(cutoff)) if cutoff else None, int(ended))
 
     def owner_of(self, token: str) -> str | IdleSession | None:
         key, now = TOKEN_KEY_PREFIX + token_digest(token), self.clock()

@@ -20,6 +20,7 @@ from app.backends.interface import (
     DenyEntry,
     IdleSession,
     Imported,
+    Issued,
     LiveToken,
     LoginClient,
     Outcome,
@@ -102,7 +103,7 @@ class SQLiteTokenStore(RefreshTokenStore):
         self._connections = ThreadConnections(self._connect)
         self._writer = ProcessWriter(self._connect, timeout)
 
-    def issue(self, token: str, username: str, client: LoginClient | None = None) -> int | None:
+    def issue(self, token: str, username: str, client: LoginClient | None = None) -> Issued:
         now, policy = self.clock(), self.policy
         issued_at = int(now)
         expires_at = issued_at + policy.lifetime if policy.lifetime else None
@@ -120,7 +121,8 @@ class SQLiteTokenStore(RefreshTokenStore):
                     ).fetchall()
             except sqlite3.Error as error:
                 raise self._unavailable(error) from error
-            return None if cutoff is None else int(cutoff)
+            return Issued(None if cutoff is None else int(cutoff))
+        ended = 0
         with self._connection(write=True) as connection, transaction(connection):
             if policy.lifetime:
                 purge(connection, now, PURGE_BATCH)
@@ -132,15 +134,17 @@ class SQLiteTokenStore(RefreshTokenStore):
                     " ORDER BY issued_at, sequence, digest",  # same-second: order of issue
                     (username, now),
                 ).fetchall()
-                for digest, family in live[: max(0, len(live) - policy.per_user + 1)]:
+                evicted = live[: max(0, len(live) - policy.per_user + 1)]
+                for digest, family in evicted:
                     forget_live(connection, digest, family)
+                ended = len(evicted)
             connection.execute(
                 "INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence,"  # noqa: S608 (constants only)
                 f" {SESSION_FIELDS}) VALUES (?, ?, ?, ?, (SELECT coalesce(max(sequence), 0) + 1"
                 " FROM refresh_tokens WHERE sequence IS NOT NULL), ?, ?, ?, ?, ?)",
                 (token_digest(token), username, issued_at, expires_at, *session),
             )  # the sequence: the end of its index
-            return _cutoff_of(connection, username)
+            return Issued(_cutoff_of(connection, username), ended)
 
     def owner_of(self, token: str) -> str | IdleSession | None:
         digest, now = token_digest(token), self.clock()

@@ -43,17 +43,19 @@ END $$;
 
 -- Issue under a lifetime (p_expires_at) or a per-user limit (p_per_user > 0): purge a
 -- batch of expired tokens, forget the user's oldest live tokens beyond the limit, insert
--- the token as a new session (p_session, its client p_address and p_user_agent); return
--- the user's cut-off, or NULL.
-CREATE OR REPLACE FUNCTION token_store_issue(
+-- the token as a new session (p_session, its client p_address and p_user_agent); cutoff:
+-- the user's cut-off, or NULL; ended: how many of the user's sessions the limit ended.
+CREATE OR REPLACE FUNCTION token_store_login(
     p_digest text, p_username text, p_now double precision, p_expires_at bigint,
-    p_per_user integer, p_batch integer, p_session text, p_address text, p_user_agent text)
-RETURNS bigint LANGUAGE plpgsql AS $$
+    p_per_user integer, p_batch integer, p_session text, p_address text, p_user_agent text,
+    OUT cutoff bigint, OUT ended integer)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := floor(p_now);
     v_excess bigint;
     v_live record;
 BEGIN
+    ended := 0;
     IF p_expires_at IS NOT NULL THEN
         PERFORM token_store_purge(p_now, p_batch);
     END IF;
@@ -70,13 +72,14 @@ BEGIN
             LIMIT greatest(v_excess, 0)
         LOOP
             PERFORM token_store_forget_live(v_live.digest, v_live.family);
+            ended := ended + 1;
         END LOOP;
     END IF;
     INSERT INTO refresh_tokens (digest, username, issued_at, expires_at, sequence, session,
                                 logged_in_at, last_used_at, address, user_agent)
         VALUES (p_digest, p_username, v_now, p_expires_at, nextval('refresh_tokens_sequence'),
                 p_session, v_now, v_now - v_now % 60, p_address, p_user_agent);
-    RETURN (SELECT at FROM cutoffs WHERE username = p_username);
+    cutoff := (SELECT at FROM cutoffs WHERE username = p_username);
 END $$;
 
 -- A new session's id, for the calls of an older version that name none.
@@ -340,6 +343,14 @@ END $$;
 -- The signatures of versions 2 to 4, for a host still running one while the others
 -- upgrade: each is this version's function, without what it did not know (version 4
 -- knew no outcome 'idle': its idle session is unknown).
+CREATE OR REPLACE FUNCTION token_store_issue(
+    p_digest text, p_username text, p_now double precision, p_expires_at bigint,
+    p_per_user integer, p_batch integer, p_session text, p_address text, p_user_agent text)
+RETURNS bigint LANGUAGE sql AS $$
+    SELECT cutoff FROM token_store_login(p_digest, p_username, p_now, p_expires_at, p_per_user,
+                                         p_batch, p_session, p_address, p_user_agent)
+$$;
+
 CREATE OR REPLACE FUNCTION token_store_end_session(
     p_username text, p_session text, p_now double precision)
 RETURNS boolean LANGUAGE sql AS $$

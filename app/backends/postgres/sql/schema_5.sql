@@ -1,3 +1,4 @@
 -- Version 5: no change to the tables. Its functions.sql tells an idle session apart
 -- (token_store_rotate's outcome 'idle' and owner; token_store_end_session's false for an
--- idle session), keeping version 4's signatures for its hosts.
+-- idle session) and counts the sessions a per-user limit ends (token_store_login), keeping
+-- version 4's signatures for its hosts.
