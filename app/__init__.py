@@ -19,6 +19,7 @@ from app.auth.tokens import ExpectedClaims
 from app.auth.users import UserDirectory
 from app.backends import init_store
 from app.cli import register_commands
+from app.compat.werkzeug import ServiceRequest
 from app.config.clock import SYSTEM_CLOCK, Clock
 from app.config.settings import MAX_BODY_BYTES, Settings
 from app.extensions import (
@@ -51,6 +52,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None =
     settings = Settings.load(overrides)  # raises ConfigError on a bad value
     settings = prepare_instance(settings)  # the instance folder, the generated secret or key
     app = Flask(__name__, instance_path=settings.instance_path)
+    app.request_class = ServiceRequest  # a query that is not UTF-8 is a 400, not a 500
     app.extensions[CLOCK] = SYSTEM_CLOCK if clock is None else clock
     configure(app, settings)
     init_keys(app, settings)

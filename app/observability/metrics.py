@@ -33,10 +33,11 @@ import threading
 import time
 from typing import Any
 
-from flask import Flask, Request
+from flask import Flask
 from werkzeug.routing import Rule
 
 from app.compat.prometheus import count_in_process_memory
+from app.compat.werkzeug import ServiceRequest
 from app.config.settings import Settings
 from app.events import AUTH_FAILURE_REASONS, Event
 from app.extensions import METRICS
@@ -251,8 +252,8 @@ class _Pending:
 def init_metrics(app: Flask, settings: Settings) -> None:
     """Attach the metrics to ``app`` when METRICS is on, and have each request keep its rule.
 
-    ``app.request_class`` becomes ``RuleInEnvironRequest``: the one change to Flask's
-    request that the metrics make. With METRICS off nothing changes.
+    ``app.request_class`` becomes ``RuleInEnvironRequest``: the one change to the
+    service's request that the metrics make. With METRICS off nothing changes.
     """
     if not settings.metrics:
         app.extensions[METRICS] = None
@@ -273,9 +274,9 @@ def init_metrics(app: Flask, settings: Settings) -> None:
     app.request_class = RuleInEnvironRequest
 
 
-class RuleInEnvironRequest(Request):
-    """Flask's request, keeping the rule Flask matched in the environ, where the metrics
-    find it once the app has answered, with no hook run on every request."""
+class RuleInEnvironRequest(ServiceRequest):
+    """The service's request, keeping the rule Flask matched in the environ, where the
+    metrics find it once the app has answered, with no hook run on every request."""
 
     @property
     def url_rule(self) -> Rule | None:

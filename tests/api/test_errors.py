@@ -6,6 +6,7 @@ import io
 
 import pytest
 from flask import Flask
+from werkzeug.test import EnvironBuilder
 
 from app.config.settings import MAX_BODY_BYTES
 from tests.helpers.tokens import bearer, login
@@ -259,3 +260,36 @@ def test_json_bodies_parse_alike_on_the_fast_and_the_careful_path(client, body, 
     assert response.status_code == status, response.data
     if message is not None:
         assert response.get_json() == {"message": message}
+
+
+def raw_query_status(app: Flask, path: str, query: str, headers: dict[str, str]) -> tuple:
+    """Send ``query`` as the WSGI server gives a raw byte (latin-1), which no client
+    library lets through unescaped; return the status and the body."""
+    environ = EnvironBuilder(path, headers=headers).get_environ()
+    environ.update(QUERY_STRING=query, REMOTE_ADDR="127.0.0.1")
+    statuses: list[str] = []
+    body = b"".join(app.wsgi_app(environ, lambda status, _, __=None: statuses.append(status)))
+    return int(statuses[0][:3]), body
+
+
+@pytest.mark.parametrize("metrics", ["on", "off"])  # the metrics' request class and Flask's
+@pytest.mark.parametrize("query", ["\xff", "after=\xe9", "role=\xc3", "rd=%ff\xfe"])
+@pytest.mark.parametrize(
+    "path", ["/auth/check", "/sessions", "/admin/users/alice/sessions", "/auth/corp/login"]
+)
+def test_a_query_that_is_not_utf_8_is_400_on_every_endpoint_that_reads_one(
+    make_app, path, query, metrics
+):
+    app = make_app(
+        METRICS=metrics,
+        OIDC_PROVIDERS="corp",
+        OIDC_CORP_ISSUER="https://id.example.com/",
+        OIDC_CORP_CLIENT_ID="token-service",
+        OIDC_CORP_CLIENT_SECRET="client-secret-value",
+    )
+    token = login(app.test_client(), "admin")["accessToken"]
+    status, body = raw_query_status(app, path, query, bearer(token))
+    assert (status, body) == (
+        400,
+        b'{"message":"the query is not UTF-8 (percent-encode other bytes)"}\n',
+    )

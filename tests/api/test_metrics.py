@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-from flask import Request
 from werkzeug.exceptions import TooManyRequests
 
+from app.compat.werkzeug import ServiceRequest
 from app.extensions import metrics_of
 from app.observability.metrics import RuleInEnvironRequest
 from tests.helpers.metrics import REVOKE_RULE, parse, requests_of, scrape, value
@@ -38,9 +38,10 @@ def test_metrics_off_is_a_404(make_app):
     assert response.get_json() == {"message": "not found"}
 
 
-def test_only_metrics_on_changes_flasks_request_class(make_app):
+def test_only_metrics_on_changes_the_services_request_class(make_app):
     assert make_app(METRICS="on").request_class is RuleInEnvironRequest
-    assert make_app(METRICS="off").request_class is Request
+    assert issubclass(RuleInEnvironRequest, ServiceRequest)
+    assert make_app(METRICS="off").request_class is ServiceRequest
 
 
 def test_the_latency_histogram_adds_up_to_the_durations_observed(app):

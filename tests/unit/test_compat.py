@@ -19,11 +19,14 @@ import jwt
 import pytest
 from authlib.integrations.flask_client import FlaskIntegration
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from flask import Request
 from gunicorn.workers.gthread import ThreadWorker
 from jwt.algorithms import HMACAlgorithm, get_default_algorithms
 from prometheus_client.multiprocess import MultiProcessCollector
+from werkzeug.exceptions import BadRequest
+from werkzeug.test import EnvironBuilder
 
-from app.compat import authlib, gunicorn, prometheus, pyjwt
+from app.compat import authlib, gunicorn, prometheus, pyjwt, werkzeug
 from app.compat.authlib import forget_old_pending_logins, pending_login_key
 from app.compat.pyjwt import CheckedSecret, compact_jws, hs256_verifier, jws_header_segment
 from tests.helpers.tokens import valid_claims
@@ -32,13 +35,30 @@ from tests.helpers.tools import ROOT
 pytestmark = pytest.mark.store("sqlite")  # no store is involved
 
 
-@pytest.mark.parametrize("module", [authlib, gunicorn, prometheus, pyjwt], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [authlib, gunicorn, prometheus, pyjwt, werkzeug], ids=lambda m: m.__name__
+)
 def test_the_installed_version_is_the_one_checked(module):
     installed = ".".join(version(module.DISTRIBUTION).split(".")[:2])
     assert installed == module.CHECKED_VERSION, (
         f"{module.DISTRIBUTION} {installed}: check {module.__name__} against it, then"
         " update its CHECKED_VERSION"
     )
+
+
+# --- Werkzeug ------------------------------------------------------------------------
+
+
+def test_werkzeug_still_decodes_a_query_strictly_which_the_service_request_answers():
+    """The need: Flask's own request raises on a raw byte; the service's is a 400."""
+    environ = EnvironBuilder("/x").get_environ()
+    environ["QUERY_STRING"] = "a=\xff"
+    with pytest.raises(UnicodeDecodeError):
+        _ = Request(environ).args
+    with pytest.raises(BadRequest):
+        _ = werkzeug.ServiceRequest(environ).args
+    environ["QUERY_STRING"] = "a=%ff&b=%C3%A9"  # percent-encoded: read as before
+    assert werkzeug.ServiceRequest(environ).args == Request(environ).args
 
 
 # --- PyJWT ---------------------------------------------------------------------------
