@@ -11,8 +11,11 @@ TOKEN_IN_PATH = re.compile(
 )
 #: A JWT (access or cookie token), wherever it appears: a query string, a referer.
 JWT = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
-#: OAuth values in a query string: the authorization code is a credential for a minute.
-OAUTH_PARAMETER = re.compile(r"([?&](?:code|state|access_token|refresh_token|id_token)=)[^&\s\"]*")
+#: OAuth values in a query string, its first parameter too (a query quoted without its
+#: ``?``): the authorization code is a credential for a minute.
+OAUTH_PARAMETER = re.compile(
+    r"((?<![A-Za-z0-9_.-])(?:code|state|access_token|refresh_token|id_token)=)[^&\s\"']*"
+)
 #: Anything shaped like a refresh token: 42 letters and digits standing alone.
 REFRESH_TOKEN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{42}(?![A-Za-z0-9])")
 

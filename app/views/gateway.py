@@ -35,6 +35,7 @@ from app.http.errors import forbidden_response, render_http_error, unauthenticat
 from app.http.guards import role_allows, verified_bearer_claims, verified_cookie_user
 from app.http.proxy import SENT_HOST_KEY, TRUSTED_PEER_KEY
 from app.http.request_log import note
+from app.observability.redaction import redact
 from app.oidc.cross_site import is_cross_site
 
 if TYPE_CHECKING:
@@ -341,7 +342,8 @@ def _bad_request(message: str, warning: str, *arguments: Any) -> Response:
     current_app.logger.warning(
         warning,
         *(
-            argument[:MAX_LOGGED_QUERY] if isinstance(argument, str) else argument
+            # redacted before it is cut: a token cut in two is no longer found whole
+            redact(argument)[:MAX_LOGGED_QUERY] if isinstance(argument, str) else argument
             for argument in arguments
         ),
     )
@@ -351,7 +353,7 @@ def _bad_request(message: str, warning: str, *arguments: Any) -> Response:
 
 
 def _bad_query(query: str) -> Response:
-    shown = query[:MAX_LOGGED_QUERY]
+    shown = redact(query)[:MAX_LOGGED_QUERY]  # redacted before it is cut, as above
     current_app.logger.warning(
         "GET /auth/check: unknown query %r: the nginx gateway's auth location must ask"
         " with no query, role=user or role=admin (deploy/nginx/)",

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.views.gateway import MAX_LOGGED_QUERY
 from tests.helpers.openapi import assert_documented, document_of
 from tests.helpers.paths import OVERRIDE_HEADERS, SEGMENT, method_named, rewritten
 from tests.helpers.tokens import bearer, login
@@ -354,6 +355,15 @@ def test_a_query_beside_the_rules_file_is_a_400(gate, tokens, query, caplog):
         "message": "with ACCESS_RULES_FILE the check takes no query: the rules decide"
     }
     assert "beside ACCESS_RULES_FILE" in caplog.text
+
+
+def test_the_warning_of_a_query_is_redacted_before_it_is_cut(gate, tokens, caplog):
+    token = "Ab3" * 14  # shaped like a refresh token, across the cut of the quote
+    query = "x=" + "y" * (MAX_LOGGED_QUERY - 2 - 3 - 41) + "&t=" + token
+    with caplog.at_level(logging.WARNING):
+        gate.get(f"/auth/check?{query}", headers=bearer(tokens["admin"]))
+    assert "beside ACCESS_RULES_FILE" in caplog.text
+    assert "Ab3Ab3Ab3" not in caplog.text
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])

@@ -30,6 +30,11 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJ1c2VybmFtZSI6ImEifQ.c2lnbmF0dXJl"
             "GET /auth/corp/callback?code=O0glCE-x_1&state=Xcgs&iss=http%3A%2F%2Fid HTTP/1.1",
             "GET /auth/corp/callback?code=<redacted>&state=<redacted>&iss=http%3A%2F%2Fid HTTP/1.1",
         ),
+        (  # a query quoted without its ?: the first parameter too
+            "unknown query 'code=SECRETCODE123&state=abc'",
+            "unknown query 'code=<redacted>&state=<redacted>'",
+        ),
+        ("GET /x?barcode=1&x_code=2 HTTP/1.1", "GET /x?barcode=1&x_code=2 HTTP/1.1"),
         ("GET /healthz HTTP/1.1", "GET /healthz HTTP/1.1"),
         ("POST /token HTTP/1.1", "POST /token HTTP/1.1"),
     ],
