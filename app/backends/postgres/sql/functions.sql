@@ -141,12 +141,13 @@ END $$;
 
 -- Rotate p_digest into p_successor (RefreshTokenStore.rotate): outcome is rotated,
 -- retried, reused, unknown, other_user or p_idle_outcome; family_digest the family's
--- first digest; owner the token's, when rotated, retried, reused or idle. p_username NULL takes
--- the token's owner, whoever (the OAuth refresh grant names no user). p_lineage: the digest of the token's lineage (NULL for none); a token
--- whose digest is unknown but whose lineage names a live family is one the family
--- forgot: reuse. p_idle_since: a live token of a session last used then or before is
--- idle, and its family is forgotten (outcome p_idle_outcome, 'idle'); NULL: no idle
--- timeout. The successor carries the session, used now (to the minute).
+-- first digest; owner the token's, when rotated, retried, reused or idle. p_username
+-- NULL takes the token's owner, whoever (the OAuth refresh grant names no user).
+-- p_lineage: the digest of the token's lineage (NULL for none); a token whose digest is
+-- unknown but whose lineage names a live family is one the family forgot: reuse.
+-- p_idle_since: a live token of a session last used then or before is idle, and its
+-- family is forgotten (outcome p_idle_outcome, 'idle'); NULL: no idle timeout. The
+-- successor carries the session, used now (to the minute).
 CREATE OR REPLACE FUNCTION token_store_rotate(
     p_digest text, p_successor text, p_username text, p_now double precision,
     p_lifetime bigint, p_grace double precision, p_kept integer, p_batch integer,
