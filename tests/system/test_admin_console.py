@@ -237,3 +237,63 @@ def test_the_csp_error_check_sees_an_inline_script_the_policy_refuses(browser, s
     )
     assert browser.execute_script("return window.inlineRan") is None
     assert len(csp_errors(browser)) == 1
+
+
+#: Installed in the page: the service's answers to token renewals, revocations and the
+#: admin API replaced by the status of ``window.refuse`` (with Retry-After: 1), until
+#: ``window.refuse`` is unset; the page's code looks ``fetch`` up at each call.
+REFUSING_FETCH = """
+window.realFetch = window.realFetch || window.fetch;
+window.fetch = (url, options = {}) => {
+  const method = options.method || "GET";
+  const path = new URL(url, location.href).pathname;
+  const refused = window.refuse && (
+    (method === "POST" && path.endsWith("/token")) ||
+    (method === "DELETE" && path.includes("/token/")) ||
+    path.includes("/admin/users/"));
+  if (!refused) {
+    return window.realFetch(url, options);
+  }
+  const status = path.includes("/admin/users/") ? 401 : window.refuse;
+  return Promise.resolve(new Response('{"message":"busy"}',
+    { status, headers: { "Retry-After": "1", "Content-Type": "application/json" } }));
+};
+"""
+
+
+@pytest.mark.parametrize("busy", [429, 503])
+def test_a_busy_service_neither_signs_the_page_out_nor_leaves_its_token_alive(
+    browser, service, busy
+):
+    sign_in(browser, service, "admin")
+    assert browser.find_element("id", "console").is_displayed() is True
+    browser.execute_script(REFUSING_FETCH + f"window.refuse = {busy};")
+
+    # a renewal refused for now (the API's 401 asks for one) keeps the sign-in
+    show = browser.find_element("css selector", "#find button[type=submit]")
+    show.click()
+    wait_for(browser, lambda driver: "Could not renew" in status_text(driver), "the refusal")
+    assert f"HTTP {busy}" in status_text(browser)
+    assert browser.find_element("id", "console").is_displayed() is True
+
+    # signing out while revocation is refused keeps the page signed in, to try again
+    browser.find_element("id", "sign-out").click()
+    wait_for(browser, lambda driver: "Could not sign out" in status_text(driver), "the refusal")
+    assert browser.find_element("id", "console").is_displayed() is True
+
+    # the service answers again: the renewal is tried again by itself, then the sign-out
+    revoked = len(service.request_lines("DELETE", "/token/<redacted>"))
+    browser.execute_script("window.refuse = 0;")
+    browser.find_element("id", "sign-out").click()
+    wait_for(browser, lambda driver: status_text(driver) == "Signed out.", "the sign-out")
+    assert browser.find_element("id", "console").is_displayed() is False
+    wait_until(
+        lambda: (
+            [line["status"] for line in service.request_lines("DELETE", "/token/<redacted>")][
+                revoked:
+            ]
+            == [204]
+        ),
+        STEP_TIMEOUT,
+        "the revocation of the page's refresh token",
+    )

@@ -12,6 +12,10 @@
   const PAGE_SIZE = 50;
   // Renew when this share of the access token's lifetime has passed.
   const RENEW_AT = 0.75;
+  // Seconds before another try when the service was busy or down (no Retry-After), and
+  // the longest wait a Retry-After may ask.
+  const RETRY_SECONDS = 5;
+  const MAX_RETRY_SECONDS = 300;
 
   const state = {
     username: "",
@@ -53,6 +57,13 @@
     state.renewTimer = setTimeout(() => renew().catch(() => {}), delay);
   }
 
+  // The wait a 429 or 503 asks for (Retry-After, in seconds), bounded.
+  function retryDelay(answer) {
+    const seconds = Number(answer.headers.get("Retry-After"));
+    const wait = Number.isFinite(seconds) && seconds > 0 ? seconds : RETRY_SECONDS;
+    return Math.min(wait, MAX_RETRY_SECONDS) * 1000;
+  }
+
   function forget() {
     clearTimeout(state.renewTimer);
     Object.assign(state, { username: "", accessToken: "", refreshToken: "", renewing: null });
@@ -83,9 +94,16 @@
         if (state.refreshToken !== refreshToken) {
           return false; // signed out, or in again, meanwhile
         }
-        if (answer.status !== 200) {
+        if (answer.status === 401) {
           forget();
           say("Your sign-in has ended: sign in again.", true);
+          return false;
+        }
+        if (answer.status !== 200) {
+          // busy or down (429, 503): the sign-in stays, and the renewal is tried again
+          clearTimeout(state.renewTimer);
+          state.renewTimer = setTimeout(() => renew().catch(() => {}), retryDelay(answer));
+          say(`Could not renew the sign-in (HTTP ${answer.status}): trying again shortly.`, true);
           return false;
         }
         keep(await answer.json());
@@ -223,9 +241,13 @@
     // The admin API decides who may use the console: the page starts on one's own sessions.
     const status = await list(username, null);
     if (status === 403) {
-      await fetch(API + "token/" + encodeURIComponent(state.refreshToken), { method: "DELETE" });
+      const revoked = await revoke(state.refreshToken);
       forget();
-      say("Admins only: this account may not manage sessions.", true);
+      say(
+        "Admins only: this account may not manage sessions." +
+          (revoked === 204 ? "" : ` Its sign-in could not be revoked (HTTP ${revoked}).`),
+        true,
+      );
       return;
     }
     if (!state.accessToken) {
@@ -238,12 +260,25 @@
     element("find").elements.username.value = username;
   }
 
+  // Revoke a refresh token; return the answer's status (204 when done).
+  async function revoke(refreshToken) {
+    const answer = await fetch(API + "token/" + encodeURIComponent(refreshToken), {
+      method: "DELETE",
+    });
+    return answer.status;
+  }
+
+  // Signed out only once the refresh token is revoked: a busy or down service (429, 503)
+  // leaves the page signed in, to try again, rather than the token alive and forgotten.
   async function signOut() {
-    const refreshToken = state.refreshToken;
-    forget();
-    if (refreshToken) {
-      await fetch(API + "token/" + encodeURIComponent(refreshToken), { method: "DELETE" });
+    if (state.refreshToken) {
+      const status = await revoke(state.refreshToken);
+      if (status !== 204) {
+        say(`Could not sign out (HTTP ${status}): try again shortly.`, true);
+        return;
+      }
     }
+    forget();
     say("Signed out.");
   }
 
