@@ -37,12 +37,13 @@ NO_SUCH_USER = "no such user"
 LIMIT = re.compile(r"[0-9]{1,3}")
 
 bp = Blueprint("sessions", __name__)
+#: The last segment of the paths that name all of a user's sessions.
+ALL_SESSIONS = "sessions"
 
 
 class UsernameConverter(BaseConverter):
     """Match any non-empty path text as a username, slashes included (a username may hold
-    one; a WSGI server hands ``%2F`` over already decoded, as ``/``). A username that ends
-    in ``/sessions`` followed by more is read as the shorter one and a session id."""
+    one; a WSGI server hands ``%2F`` over already decoded, as ``/``)."""
 
     regex = r"[\s\S]+"
     part_isolating = False
@@ -91,7 +92,14 @@ def user_sessions(username: str) -> Response:
 @bp.delete("/admin/users/<username:username>/sessions/<session_id>")
 @requires_roles("admin")
 def end_user_session(username: str, session_id: str) -> Response:
-    """End one of a user's sessions."""
+    """End one of a user's sessions.
+
+    ``DELETE /admin/users/bob%2Fsessions/sessions``, the log out everywhere of the user
+    ``bob/sessions``, routes here as ``bob``'s session ``sessions``, an id no session has
+    (they are 22 characters and more): it is read as what it means.
+    """
+    if session_id == ALL_SESSIONS:
+        return end_all(known_username(f"{username}/{ALL_SESSIONS}"))
     return end_one(known_username(username), session_id)
 
 

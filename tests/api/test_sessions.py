@@ -202,6 +202,20 @@ def test_a_query_on_logging_out_everywhere_is_400_and_ends_nothing(client, path,
     assert refreshes(client, "bob", bob) == 200
 
 
+@pytest.mark.parametrize("name", ["bob/sessions", "a/sessions/b", "a/sessions/sessions"])
+def test_a_username_holding_sessions_is_listed_ended_and_logged_out_whole(client, name):
+    admin = log_in(client, "admin")["accessToken"]
+    tokens = [log_in(client, name), log_in(client, name)]
+    path = f"/admin/users/{quote(name, safe='')}/sessions"
+    listed = sessions_of(client, admin, path)["sessions"]
+    assert len(listed) == 2
+    one = client.delete(f"{path}/{listed[0]['id']}", headers=bearer(admin))
+    assert one.status_code == 204
+    everywhere = client.delete(path, headers=bearer(admin))
+    assert (everywhere.status_code, everywhere.get_json()) == (200, {"ended": 1})
+    assert [refreshes(client, name, each) for each in tokens] == [401, 401]
+
+
 def test_a_username_with_a_slash_or_spaces_is_routed_whole(client):
     admin = log_in(client, "admin")["accessToken"]
     log_in(client, "team/ann smith")
