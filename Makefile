@@ -81,7 +81,7 @@ $(OIDC_INSTALLED): $(OIDC_PROVIDER)/package-lock.json
 
 # A plain command, so make starts gunicorn itself, with no shell between them: signals
 # reach it directly. A start-up error is its one line (then make's own, exit status 2).
-run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 BEHIND_PROXY=true in a container)
+run: $(INSTALLED_RUNTIME)  ## serve with gunicorn on HOST:PORT (default 127.0.0.1:8080; HOST=0.0.0.0 BEHIND_PROXY=true USERS_FILE=... in a container)
 	@$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 # The container image (Containerfile, docs/deployment.md), named after the project's version,

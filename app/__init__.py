@@ -46,10 +46,16 @@ from app.sessions.ending import log_out_changed_users
 from app.views import register_blueprints
 
 
-def create_app(overrides: Mapping[str, Any] | None = None, clock: Clock | None = None) -> Flask:
+def create_app(
+    overrides: Mapping[str, Any] | None = None,
+    clock: Clock | None = None,
+    settings: Settings | None = None,
+) -> Flask:
     """Build the service from the environment, with optional overrides for tests, on the
-    host's clock or on ``clock`` (a test's, which moves time for every feature at once)."""
-    settings = Settings.load(overrides)  # raises ConfigError on a bad value
+    host's clock or on ``clock`` (a test's, which moves time for every feature at once);
+    or from ``settings`` read and checked already (a gunicorn worker's, its master's)."""
+    if settings is None:
+        settings = Settings.load(overrides)  # raises ConfigError on a bad value
     settings = prepare_instance(settings)  # the instance folder, the generated secret or key
     app = Flask(__name__, instance_path=settings.instance_path)
     app.request_class = ServiceRequest  # a query that is not UTF-8 is a 400, not a 500

@@ -13,16 +13,24 @@ from flask.cli import FlaskGroup
 
 from app import create_app
 from app.config.parsers import ConfigError
+from app.config.settings import Settings
 
 #: What ``serve`` hands gunicorn: the package's settings module and WSGI application.
 GUNICORN_CONFIG = "python:app.serving.gunicorn_config"
 WSGI_APPLICATION = "app.serving.wsgi:app"
 
+#: The settings the gunicorn master read and checked (app/serving/gunicorn_config.py),
+#: which every worker it forks inherits and builds its app from: a worker never reads the
+#: environment or CONFIG_FILE again, so it runs what the master checked, whatever was
+#: edited since. None in a command.
+checked_settings: Settings | None = None
+
 
 def load_app() -> Flask:
-    """Build the service from the environment, or exit with its one-line error."""
+    """Build the service from the master's checked settings (a gunicorn worker) or from the
+    environment, or exit with its one-line error."""
     try:
-        return create_app()
+        return create_app(settings=checked_settings)
     except ConfigError as error:  # one clear line, for commands as for gunicorn's workers
         sys.exit(f"configuration error: {error}")
 

@@ -11,6 +11,7 @@ and every signing key is loaded once to check it.
 import contextlib
 import errno
 import ipaddress
+import logging
 import multiprocessing
 import os
 import shutil
@@ -32,12 +33,22 @@ from app.observability.metrics_scrape import (
     merge_exited_workers,
     own_multiprocess_folder,
 )
+from app.serving import command
 
 try:
     settings = prepare_instance(Settings.load())
     settings_key_ring(settings)  # every key loaded and checked now, once, in the master
 except ConfigError as error:
-    sys.exit(f"configuration error: {error}")
+    if command.checked_settings is None:
+        sys.exit(f"configuration error: {error}")
+    # gunicorn.conf.py runs this module again at each HUP: a bad edit of the settings
+    # keeps those in force rather than stopping the master, and says why
+    logging.getLogger("gunicorn.error").error(
+        "configuration error, the settings in force are kept: %s", error
+    )
+    settings = command.checked_settings
+# handed to every worker the master forks (app/serving/command.py, load_app)
+command.checked_settings = settings
 
 bind = [
     f"[{settings.host}]:{settings.port}"
