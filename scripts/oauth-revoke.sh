@@ -18,7 +18,7 @@ if [[ -n ${CLIENT_ID:-} ]]; then
     CLIENT=(-H @"$AUTHORIZATION")
 fi
 form_body '{token: env.TOKEN, token_type_hint: "refresh_token"}'
-request POST /oauth/revoke "${CLIENT[@]}" \
+request POST /oauth/revoke ${CLIENT[@]+"${CLIENT[@]}"} \
     -H 'Content-Type: application/x-www-form-urlencoded' --data-binary @"$REQUEST_BODY"
 expect_empty 200
 [[ -z $CONTENT_TYPE ]] || fail "$REQUEST: expected no content type, got $(answered)"

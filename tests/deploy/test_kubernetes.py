@@ -128,7 +128,8 @@ def test_the_deployment_runs_the_image_make_image_builds_as_the_container_tests_
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == image_name()
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # the store is shared: its outage must not empty the Service (/auth/check needs none)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert set(container["resources"]) == {"requests", "limits"}
     assert pod["securityContext"]["runAsNonRoot"] is True
